@@ -1,0 +1,250 @@
+"""The decoding core: causal prefill, the NTP step, the SBD block step, and the loop (SBD.md §3).
+
+    >>> decoder = Decoder(load_model("sbd-tiny"), block_size=16, max_new_tokens=128)
+    >>> gen = decoder.generate(prompt_ids, EntropyBounded(gamma=0.35))
+    >>> gen.output_text, gen.nfe, gen.revealed_per_forward
+
+Layout choice (ours, documented in the README): prefill caches the prompt minus its last token, and
+that last token is carried causally in the first forward, exactly as a finished block is. So every
+forward after prefill yields generated tokens, NTP spends exactly one forward per token, and the
+first block after the prompt costs 1 + k query tokens like any other first forward.
+
+Every model call goes through ``Decoder.forward``: it is the one place NFE is counted.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .cache import KVCache
+from .model import LoadedModel
+from .types import BlockView, Generation, Solver
+
+
+class DecodeError(ValueError):
+    """A prompt or setting the core cannot decode; the message says what to change."""
+
+
+class SolverContractError(RuntimeError):
+    """A solver returned a reveal set that breaks the contract in types.Solver.select."""
+
+
+def attention_mask(past: int, n_causal: int, n_block: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """Additive mask (1, 1, Q, past + Q) for ``n_causal`` causal queries followed by ``n_block``
+    bidirectional ones. Every query sees the whole cache; causal queries see earlier causal ones;
+    block queries see all causal queries and the whole block; causal queries never see the block.
+    (A boolean mask would be silently ignored by eager attention: STACK.md.)"""
+    q = n_causal + n_block
+    allowed = torch.ones(q, past + q, dtype=torch.bool, device=device)
+    causal = torch.ones(n_causal, n_causal, dtype=torch.bool, device=device).tril()
+    allowed[:n_causal, past : past + n_causal] = causal
+    allowed[:n_causal, past + n_causal :] = False
+    mask = torch.zeros(q, past + q, dtype=dtype, device=device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+@dataclass
+class Counters:
+    nfe: int = 0
+    prefill_forwards: int = 0
+
+
+class Decoder:
+    def __init__(self, lm: LoadedModel, block_size: int = 16, max_new_tokens: int = 256,
+                 stop_strings: tuple[str, ...] = (), seed: int = 0):
+        if block_size < 1:
+            raise DecodeError(f"--block-size must be >= 1 (got {block_size})")
+        if max_new_tokens < 1:
+            raise DecodeError(f"--max-new-tokens must be >= 1 (got {max_new_tokens})")
+        self.lm, self.block_size, self.max_new_tokens = lm, block_size, max_new_tokens
+        self.stop_strings = tuple(s for s in stop_strings if s)
+        self.seed = seed
+        self.counters = Counters()
+
+    # ------------------------------------------------------------------------- the one model call
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+                cache: KVCache, phase: str = "decode") -> torch.Tensor:
+        """ids, positions (B, Q) -> float32 logits (B, Q, V). Appends Q positions to ``cache``."""
+        if phase == "prefill":
+            self.counters.prefill_forwards += 1
+        else:
+            self.counters.nfe += 1
+        out = self.lm.model(input_ids=ids, position_ids=positions, attention_mask=mask,
+                            cache=cache.hf, use_cache=True)
+        logits = out.logits.float()
+        if self.lm.mask_token_id >= 0:
+            logits[..., self.lm.mask_token_id] = float("-inf")  # the mask token is never emitted
+        return logits
+
+    # ------------------------------------------------------------------------------- the steps
+    def prefill(self, prompt: torch.Tensor, cache: KVCache) -> None:
+        """Cache the prompt (1, P), causally. Its logits are not needed (see the module docstring)."""
+        if prompt.shape[1]:
+            positions = torch.arange(prompt.shape[1], device=prompt.device)[None]
+            self.forward(prompt, positions, None, cache, phase="prefill")
+
+    def ntp_step(self, token: torch.Tensor, position: int, cache: KVCache) -> torch.Tensor:
+        """Feed one committed token (B, 1) causally; keep its KV; return next-token logits (B, V)."""
+        positions = torch.full_like(token, position)
+        mask = attention_mask(cache.length, 1, 0, self.lm.dtype, token.device)
+        return self.forward(token, positions, mask, cache)[:, -1]
+
+    def block_step(self, pending: torch.Tensor, block: torch.Tensor, start: int, cache: KVCache) -> torch.Tensor:
+        """One SBD forward: ``pending`` (B, n) committed tokens at start-n..start-1, causal (their KV is
+        kept: it is exact), then ``block`` (B, k) at start..start+k-1, bidirectional (its KV depends on
+        the masks and is dropped). Returns the block's logits (B, k, V); logit i predicts token i."""
+        n, k = pending.shape[1], block.shape[1]
+        ids = torch.cat([pending, block], dim=1)
+        positions = torch.arange(start - n, start + k, device=block.device)[None].expand(ids.shape[0], -1)
+        mask = attention_mask(cache.length, n, k, self.lm.dtype, block.device)
+        logits = self.forward(ids, positions, mask, cache)
+        cache.rollback(k)
+        return logits[:, n:]
+
+    # -------------------------------------------------------------------------------- the loop
+    def generate(self, prompt_ids: list[int], solver: Solver) -> Generation:
+        lm, device = self.lm, self.lm.device
+        if not prompt_ids:
+            raise DecodeError("empty prompt: the core needs at least one prompt token")
+        if lm.max_positions is not None and len(prompt_ids) >= lm.max_positions:
+            raise DecodeError(f"prompt of {len(prompt_ids)} tokens does not fit the model's context of "
+                              f"{lm.max_positions}: shorten it or use a model with a longer context")
+        self.counters = Counters()
+        cache = KVCache(lm.model.config)
+        prompt = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+        t0 = _clock(device)
+        self.prefill(prompt[:, :-1], cache)  # 1. prefill all but the last prompt token
+        t1 = _clock(device)
+        if solver.decodes_blocks:  # 2. decode
+            state = self._decode_blocks(prompt, solver, cache)
+        else:
+            state = self._decode_ntp(prompt, cache)
+        t2 = _clock(device)
+        output_ids, stop_reason, revealed, per_block = state
+        return Generation(
+            output_ids=output_ids, stop_reason=stop_reason, nfe=self.counters.nfe,
+            prefill_forwards=self.counters.prefill_forwards, revealed_per_forward=revealed,
+            forwards_per_block=per_block, prefill_time_s=t1 - t0, decode_time_s=t2 - t1,
+            output_text=self._text(output_ids, stop_reason),
+        )
+
+    def _decode_ntp(self, prompt: torch.Tensor, cache: KVCache):
+        out: list[int] = []
+        token, position, budget = prompt[:, -1:], prompt.shape[1] - 1, self._budget(prompt.shape[1])
+        while True:
+            logits = self.ntp_step(token, position, cache)  # (1, V)
+            token = logits.argmax(-1, keepdim=True)  # (1, 1)
+            out.append(int(token))
+            position += 1
+            cut, reason = self._stop(out, len(out), budget, first_new=len(out) - 1)
+            if cut is not None:
+                out = out[:cut]
+                k = self.block_size  # NTP spends one forward per token: group them by block for reports
+                per_block = [min(k, len(out) - i) for i in range(0, len(out), k)]
+                return out, reason, [1] * len(out), per_block
+
+    def _decode_blocks(self, prompt: torch.Tensor, solver: Solver, cache: KVCache):
+        lm, k, device = self.lm, self.block_size, self.lm.device
+        generator = torch.Generator().manual_seed(self.seed)
+        out: list[int] = []
+        revealed: list[int] = []
+        per_block: list[int] = []
+        pending, start, budget = prompt[:, -1:], prompt.shape[1], self._budget(prompt.shape[1])
+        while True:
+            size = k if lm.max_positions is None else min(k, lm.max_positions - start)
+            block = torch.full((1, size), lm.mask_token_id, dtype=torch.long, device=device)
+            masked = torch.ones(1, size, dtype=torch.bool, device=device)
+            reveal_step = torch.full((size,), -1, dtype=torch.long)
+            step, cut, reason = 0, None, ""
+            while cut is None:
+                if step == 0:  # first forward: the finished block (or last prompt token) is committed now
+                    logits = self.block_step(pending, block, start, cache)
+                else:
+                    logits = self.block_step(block[:, :0], block, start, cache)
+                view = BlockView(logits=logits, masked=masked.clone(), step=step, generator=generator)
+                chosen = solver.select(view)
+                _check_reveal(solver, chosen, masked)
+                block = torch.where(chosen, view.tokens, block)
+                masked &= ~chosen
+                reveal_step[chosen[0].cpu()] = step
+                step += 1
+                filled = int(masked[0].long().argmax()) if masked.any() else size  # contiguous prefix
+                cut, reason = self._stop(out + block[0, :filled].tolist(), len(out) + filled, budget,
+                                         block_done=not masked.any(), first_new=len(out))
+            kept = max(0, cut - len(out))
+            out += block[0, :kept].tolist()
+            counts = torch.bincount(reveal_step[:kept], minlength=step) if kept else torch.zeros(step, dtype=torch.long)
+            revealed += counts.tolist()
+            per_block.append(step)
+            if reason != "block_done":
+                return out[:cut], reason, revealed, per_block
+            pending, start = block, start + size
+
+    # ----------------------------------------------------------------------------- bookkeeping
+    def _budget(self, prompt_len: int) -> int:
+        budget = self.max_new_tokens
+        if self.lm.max_positions is not None:
+            budget = min(budget, self.lm.max_positions - prompt_len)
+        return budget
+
+    def _stop(self, ids: list[int], n_filled: int, budget: int, block_done: bool = False, first_new: int = 0):
+        """Where generation ends, given ``ids`` = everything generated whose predecessors are all
+        revealed. Returns (cut, reason): keep ids[:cut]; (None, '') to go on."""
+        cut, reason = None, ""
+        stops = self.lm.stop_token_ids
+        for i in range(first_new, min(len(ids), budget)):
+            if ids[i] in stops:
+                cut, reason = i + 1, "stop_token"
+                break
+        if self.stop_strings:
+            head = ids[: cut if cut is not None else budget]
+            text = self.lm.tokenizer.decode(head, skip_special_tokens=True)
+            if any(s in text for s in self.stop_strings):
+                cut, reason = self._stop_string_cut(head), "stop_string"
+        if cut is not None:
+            return cut, reason
+        if n_filled >= budget:
+            reason = "max_new_tokens" if budget == self.max_new_tokens else "context"
+            return budget, reason
+        if block_done:
+            return n_filled, "block_done"
+        return None, ""
+
+    def _stop_string_cut(self, ids: list[int]) -> int:
+        """The fewest tokens whose text already holds a stop string."""
+        lo, hi = 1, len(ids)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            text = self.lm.tokenizer.decode(ids[:mid], skip_special_tokens=True)
+            if any(s in text for s in self.stop_strings):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _text(self, ids: list[int], reason: str) -> str:
+        text = self.lm.tokenizer.decode(ids, skip_special_tokens=True)
+        if reason == "stop_string":  # the stop string itself is not part of the answer
+            cut = min((text.find(s) for s in self.stop_strings if s in text), default=len(text))
+            text = text[:cut]
+        return text
+
+
+def _check_reveal(solver: Solver, chosen: torch.Tensor, masked: torch.Tensor) -> None:
+    if chosen.dtype != torch.bool or chosen.shape != masked.shape:
+        raise SolverContractError(f"solver '{solver.name}' returned {chosen.dtype} {tuple(chosen.shape)}; "
+                                  f"select must return a bool tensor shaped like view.masked {tuple(masked.shape)}")
+    if (chosen & ~masked).any():
+        raise SolverContractError(f"solver '{solver.name}' revealed a position that was already revealed")
+    if ((chosen.sum(-1) == 0) & masked.any(-1)).any():
+        raise SolverContractError(f"solver '{solver.name}' revealed nothing in a forward; reveal at least one position")
+
+
+def _clock(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()

@@ -1,0 +1,141 @@
+"""Loading a local Hugging Face causal-LM folder for SBD decoding: tokenizer, mask token, device,
+dtype and attention implementation. Nothing is ever fetched from a hub.
+
+    >>> lm = load_model("models/sbd-tiny")            # a shipped name or any local HF folder
+    >>> lm.mask_token_id, lm.device, lm.dtype
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+DEFAULT_MODEL = "sbd-tiny"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+MASK_TOKEN = "<|mask|>"
+
+
+class ModelError(ValueError):
+    """The model folder cannot be used; the message says how to fix it."""
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    mask_token_id: int
+    stop_token_ids: tuple[int, ...]
+    path: str
+    device: torch.device
+    dtype: torch.dtype
+    attn_implementation: str
+    max_positions: int | None
+    info: dict = field(default_factory=dict)
+
+
+def resolve_model_path(name_or_path: str | os.PathLike) -> Path:
+    """A shipped model name ('sbd-tiny', 'ntp-tiny') or a folder path."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path
+    shipped = MODELS_DIR / str(name_or_path)
+    if shipped.is_dir():
+        return shipped
+    names = sorted(p.name for p in MODELS_DIR.glob("*") if (p / "config.json").exists()) if MODELS_DIR.is_dir() else []
+    raise ModelError(
+        f"model folder '{name_or_path}' does not exist: pass a local Hugging Face folder "
+        f"(config.json + weights + tokenizer) or a shipped model name ({', '.join(names) or 'none shipped'})"
+    )
+
+
+def pick_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelError("--device cuda was asked for but torch sees no CUDA device: use --device cpu or auto")
+    return torch.device(device)
+
+
+def find_mask_token_id(tokenizer, config) -> int | None:
+    """The mask token: the tokenizer's mask_token, else ``config.mask_token_id``."""
+    if getattr(tokenizer, "mask_token_id", None) is not None:
+        return int(tokenizer.mask_token_id)
+    value = getattr(config, "mask_token_id", None)
+    return int(value) if value is not None else None
+
+
+def stop_token_ids(tokenizer, config) -> tuple[int, ...]:
+    ids: set[int] = set()
+    for source in (getattr(config, "eos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, (list, tuple)):
+            ids.update(int(i) for i in source)
+    return tuple(sorted(ids))
+
+
+def folder_hash(path: Path) -> str:
+    """sha256 over the folder's file names and contents (weights included): the model's identity."""
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(str(file.relative_to(path)).encode())
+        with open(file, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+def load_model(
+    name_or_path: str | os.PathLike = DEFAULT_MODEL,
+    device: str = "auto",
+    dtype: str = "auto",
+    attn_implementation: str = "sdpa",
+    require_mask_token: bool = True,
+) -> LoadedModel:
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model_path(name_or_path)
+    if not (path / "config.json").exists():
+        raise ModelError(f"{path} has no config.json: it is not a Hugging Face model folder")
+    dev = pick_device(device)
+    if dtype == "auto":
+        torch_dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    elif dtype in DTYPES:
+        torch_dtype = DTYPES[dtype]
+    else:
+        raise ModelError(f"unknown --dtype '{dtype}': use auto, {', '.join(DTYPES)}")
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as exc:
+        raise ModelError(f"cannot load the config or tokenizer in {path}: {str(exc).splitlines()[0]}") from exc
+    mask_id = find_mask_token_id(tokenizer, config)
+    if mask_id is None and require_mask_token:
+        raise ModelError(
+            f"{path} has no mask token (tokenizer.mask_token or config.mask_token_id): it is not an SBD model; "
+            f"fine-tune it with `python -m sbd_bench train --base {path} --out DIR`, which adds one"
+        )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, local_files_only=True, dtype=torch_dtype, attn_implementation=attn_implementation
+        )
+    except Exception as exc:
+        raise ModelError(f"cannot load the weights in {path}: {str(exc).splitlines()[0]}") from exc
+    model.to(dev).eval()
+    max_pos = getattr(config, "max_position_embeddings", None)
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        mask_token_id=mask_id if mask_id is not None else -1,
+        stop_token_ids=stop_token_ids(tokenizer, config),
+        path=str(path),
+        device=dev,
+        dtype=torch_dtype,
+        attn_implementation=attn_implementation,
+        max_positions=max_pos,
+        info={"model_type": config.model_type, "num_parameters": sum(p.numel() for p in model.parameters())},
+    )

@@ -1,0 +1,195 @@
+"""Solver and task discovery, and parsing of ``--solver`` specs.
+
+Solvers come from three places, in this order (a later one may not reuse an earlier name):
+  1. the built-in ``solvers/`` folder beside this package,
+  2. every ``--plugins DIR`` folder: each ``*.py`` file in it is imported,
+  3. the entry-point group ``sbd_bench.solvers`` (``name = "pkg.module:SolverClass"``).
+A module contributes every ``Solver`` subclass it defines with a non-empty ``name``.
+
+    >>> from sbd_bench.registry import solver_registry, parse_solver_spec
+    >>> [s.label for s in parse_solver_spec("entropy_bounded:gamma=0.1,0.35", solver_registry())]
+    ['entropy_bounded:gamma=0.1,proxy=entropy', 'entropy_bounded:gamma=0.35,proxy=entropy']
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib.metadata
+import importlib.util
+import itertools
+import sys
+import typing
+from pathlib import Path
+
+from .types import Solver, SolverError, Task
+
+BUILTIN_SOLVERS = Path(__file__).resolve().parent.parent / "solvers"
+ENTRY_POINT_GROUP = "sbd_bench.solvers"
+
+
+class RegistryError(ValueError):
+    """An unknown name or an unreadable plugin; the message says what to do."""
+
+
+def _did_you_mean(name: str, known: typing.Iterable[str], what: str) -> str:
+    known = sorted(known)
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return f"unknown {what} '{name}': {hint}available: {', '.join(known)}"
+
+
+def _solvers_in_module(module) -> list[type[Solver]]:
+    found = []
+    for obj in vars(module).values():
+        if isinstance(obj, type) and issubclass(obj, Solver) and obj.name and obj.__module__ == module.__name__:
+            found.append(obj)
+    return found
+
+
+def _import_file(path: Path, namespace: str):
+    mod_name = f"{namespace}.{path.stem}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # a broken plugin must name itself, not crash with a traceback
+        del sys.modules[mod_name]
+        raise RegistryError(f"cannot import solver plugin {path}: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def _folder_modules(folder: Path, namespace: str):
+    if not folder.is_dir():
+        raise RegistryError(f"plugin folder {folder} does not exist: pass a folder holding solver .py files")
+    for path in sorted(folder.glob("*.py")):
+        if not path.name.startswith("_"):
+            yield path, _import_file(path, namespace)
+
+
+def solver_registry(plugin_dirs: typing.Sequence[str | Path] = ()) -> dict[str, type[Solver]]:
+    registry: dict[str, type[Solver]] = {}
+    origin: dict[str, str] = {}
+
+    def add(cls: type[Solver], where: str) -> None:
+        if cls.name in registry and registry[cls.name] is not cls:
+            raise RegistryError(f"solver name '{cls.name}' from {where} is already taken by {origin[cls.name]}: rename one")
+        registry[cls.name], origin[cls.name] = cls, where
+
+    sources = [(BUILTIN_SOLVERS, "sbd_bench_solvers")]
+    sources += [(Path(d), f"sbd_bench_plugins_{i}") for i, d in enumerate(plugin_dirs)]
+    for folder, namespace in sources:
+        for path, module in _folder_modules(folder, namespace):
+            for cls in _solvers_in_module(module):
+                add(cls, str(path))
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            cls = ep.load()
+        except Exception as exc:
+            raise RegistryError(f"cannot load solver entry point '{ep.name}' ({ep.value}): {exc}") from exc
+        if not (isinstance(cls, type) and issubclass(cls, Solver) and cls.name):
+            raise RegistryError(f"entry point '{ep.name}' ({ep.value}) is not a named sbd_bench Solver subclass")
+        add(cls, f"entry point {ep.value}")
+    return registry
+
+
+# ------------------------------------------------------------------------------------- solver specs
+def _coerce(value: str, annotation, solver: str, key: str):
+    """Turn a command-line string into the type the dataclass field declares."""
+    if isinstance(annotation, str):  # postponed annotations: 'float', 'int', 'str', 'bool', 'float | None'
+        annotation = annotation.split("|")[0].strip()
+        annotation = {"float": float, "int": int, "str": str, "bool": bool}.get(annotation, str)
+    try:
+        if annotation is bool:
+            if value.lower() in ("1", "true", "yes"):
+                return True
+            if value.lower() in ("0", "false", "no"):
+                return False
+            raise ValueError(value)
+        if annotation is float and value.lower() in ("inf", "infinity"):
+            return float("inf")
+        return annotation(value)
+    except ValueError:
+        raise SolverError(f"{solver}: {key}={value!r} is not a valid {annotation.__name__}") from None
+
+
+def build_solver(cls: type[Solver], overrides: dict[str, str | object]) -> Solver:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in overrides.items():
+        if key not in fields:
+            known = ", ".join(fields) or "none"
+            raise SolverError(f"{cls.name} has no parameter '{key}' (parameters: {known})")
+        kwargs[key] = _coerce(value, fields[key].type, cls.name, key) if isinstance(value, str) else value
+    return cls(**kwargs)
+
+
+def parse_solver_spec(spec: str, registry: dict[str, type[Solver]]) -> list[Solver]:
+    """``all`` | ``name`` | ``name:key=v1,v2;key2=v`` | several joined by ``+``.
+
+    A comma inside a parameter spec lists sweep values; ``;`` separates parameters; ``+`` (or a
+    comma between plain names) separates solvers. The cross product of swept values is returned.
+    ``all`` gives every registered solver at its defaults; ``ntp`` always comes first.
+    """
+    configs: list[Solver] = []
+    for part in _split_solvers(spec):
+        if part == "all":
+            configs += [build_solver(cls, {}) for cls in registry.values()]
+            continue
+        name, _, param_text = part.partition(":")
+        name = name.strip()
+        if name not in registry:
+            raise RegistryError(_did_you_mean(name, registry, "solver"))
+        grid: dict[str, list[str]] = {}
+        for item in filter(None, (p.strip() for p in param_text.split(";"))):
+            key, eq, values = item.partition("=")
+            if not eq or not values:
+                raise SolverError(f"bad parameter '{item}' for {name}: write key=value or key=v1,v2")
+            grid[key.strip()] = [v.strip() for v in values.split(",")]
+        for combo in itertools.product(*grid.values()):
+            configs.append(build_solver(registry[name], dict(zip(grid, combo))))
+    unique = list({c.label: c for c in configs}.values())
+    ntp = [c for c in unique if not c.decodes_blocks]
+    if "ntp" in registry and not ntp:
+        ntp = [build_solver(registry["ntp"], {})]  # the baseline every speed factor is paired with
+    return ntp + [c for c in unique if c.decodes_blocks]
+
+
+def _split_solvers(spec: str) -> list[str]:
+    """Split 'a,b:x=1,2;y=3+c' into ['a', 'b:x=1,2;y=3', 'c']. A comma separates solvers only
+    before any ':' parameter part has started."""
+    parts: list[str] = []
+    for chunk in spec.split("+"):
+        chunk = chunk.strip()
+        if not chunk:
+            continue
+        if ":" in chunk:
+            head, _, tail = chunk.partition(":")
+            names = [n.strip() for n in head.split(",")]
+            parts += [n for n in names[:-1] if n]
+            parts.append(f"{names[-1]}:{tail}")
+        else:
+            parts += [n.strip() for n in chunk.split(",") if n.strip()]
+    if not parts:
+        raise RegistryError("empty --solver: give 'all', a solver name, or name:param=v1,v2")
+    return parts
+
+
+# -------------------------------------------------------------------------------------------- tasks
+_TASKS: dict[str, type[Task]] = {}
+
+
+def register_task(cls: type[Task]) -> type[Task]:
+    """Class decorator for built-in tasks (modules under ``sbd_bench/tasks``)."""
+    if cls.name in _TASKS and _TASKS[cls.name] is not cls:
+        raise RegistryError(f"task name '{cls.name}' registered twice")
+    _TASKS[cls.name] = cls
+    return cls
+
+
+def task_registry() -> dict[str, type[Task]]:
+    from . import tasks  # noqa: F401  (importing the package registers the built-in tasks)
+
+    return dict(_TASKS)

@@ -1,0 +1,83 @@
+"""Tasks: built-in ones register themselves with ``@register_task``; any JSONL file with ``id``,
+``prompt`` and optional ``answer`` per line is a task too.
+
+    >>> task = load_task("path/to/problems.jsonl")
+    >>> task.examples()[0].prompt
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+from pathlib import Path
+
+from ..types import Example, Task
+
+
+class TaskError(ValueError):
+    """A task name or data file that cannot be used; the message names the problem and the fix."""
+
+
+def _import_builtin_tasks() -> None:
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{info.name}")
+
+
+class JsonlTask(Task):
+    """Examples from a JSONL file: one object per line with ``id``, ``prompt``, optional ``answer``
+    (exact match after stripping whitespace) and optional ``stop`` (a list of stop strings)."""
+
+    description = "examples from a JSONL file (id, prompt, optional answer)"
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.name = self.path.stem
+        self._examples = self._read()
+        self.stop = tuple(dict.fromkeys(s for e in self._examples for s in e.meta.get("stop", ())))
+
+    def _read(self) -> list[Example]:
+        examples, seen = [], set()
+        with open(self.path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise TaskError(f"{self.path}:{number}: not valid JSON ({exc.msg}); write one JSON object per line") from None
+                if not isinstance(row, dict):
+                    raise TaskError(f"{self.path}:{number}: expected a JSON object with 'id' and 'prompt'")
+                for key in ("id", "prompt"):
+                    if key not in row:
+                        raise TaskError(f"{self.path}:{number}: missing field '{key}' (each line needs 'id' and 'prompt')")
+                if not isinstance(row["prompt"], str) or not row["prompt"]:
+                    raise TaskError(f"{self.path}:{number}: 'prompt' must be a non-empty string")
+                if str(row["id"]) in seen:
+                    raise TaskError(f"{self.path}:{number}: duplicate id {row['id']!r}; ids must be unique")
+                seen.add(str(row["id"]))
+                answer = row.get("answer")
+                meta = {"stop": list(row["stop"])} if isinstance(row.get("stop"), list) else {}
+                examples.append(Example(str(row["id"]), row["prompt"], None if answer is None else str(answer), meta))
+        if not examples:
+            raise TaskError(f"{self.path} holds no examples: add lines like {{\"id\": \"1\", \"prompt\": \"...\"}}")
+        return examples
+
+    def examples(self, split: str = "test") -> list[Example]:
+        return list(self._examples)
+
+
+def load_task(name_or_path: str, **options) -> Task:
+    from ..registry import _did_you_mean, task_registry
+
+    registry = task_registry()
+    if name_or_path in registry:
+        return registry[name_or_path](**options)
+    path = Path(name_or_path)
+    if path.suffix == ".jsonl" or path.exists():
+        if not path.is_file():
+            raise TaskError(f"task file {path} does not exist: give a JSONL file or a built-in task name")
+        return JsonlTask(path)
+    raise TaskError(_did_you_mean(name_or_path, registry, "task") + " (or a path to a .jsonl file)")
+
+
+_import_builtin_tasks()

@@ -1,0 +1,190 @@
+"""The whole core <-> plugin contract: what a solver sees and returns, what a task provides, and the
+records a run writes. Read this file first; everything else in sbd_bench is built around it.
+
+A solver is a dataclass whose fields are its parameters (validated in ``__post_init__``) and whose
+``select`` turns one forward's view of a block into the set of positions to reveal::
+
+    @dataclass(frozen=True)
+    class TopOne(Solver):
+        name: ClassVar[str] = "top_one"
+        def select(self, view: BlockView) -> torch.Tensor:
+            conf = view.confidence.masked_fill(~view.masked, -1.0)          # (B, k)
+            return torch.nn.functional.one_hot(conf.argmax(-1), view.k).bool() & view.masked
+
+The core owns the model, the cache, token choice (argmax at temperature 0) and NFE counting; a
+solver only chooses *where*, never *what*, and never calls the model.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, ClassVar
+
+import torch
+
+SCHEMA_VERSION = 1
+
+
+# ----------------------------------------------------------------------------------------- solvers
+@dataclass(frozen=True, eq=False)
+class BlockView:
+    """One forward's output over a block of k positions, for B sequences.
+
+    Only ``logits`` and ``masked`` are given; the proxies are computed once, on first use, and shared
+    by every solver that reads them. The mask token's logit is already -inf.
+    """
+
+    logits: torch.Tensor  # (B, k, V) float32
+    masked: torch.Tensor  # (B, k) bool: True where the position is still masked
+    step: int = 0  # 0 on the block's first forward, 1 on the next, ...
+    generator: torch.Generator | None = None  # seeded by the core, for randomised solvers
+
+    @property
+    def k(self) -> int:
+        return self.masked.shape[-1]
+
+    @cached_property
+    def log_probs(self) -> torch.Tensor:  # (B, k, V)
+        return torch.log_softmax(self.logits, dim=-1)
+
+    @cached_property
+    def entropy(self) -> torch.Tensor:  # (B, k), nats, untempered
+        lp = self.log_probs
+        entropy = -(lp.exp() * lp.nan_to_num(neginf=0.0)).sum(-1)
+        return entropy.clamp_min(0.0)  # rounding can leave -1e-7
+
+    @cached_property
+    def _top2(self) -> tuple[torch.Tensor, torch.Tensor]:
+        values, indices = self.log_probs.topk(2, dim=-1)  # (B, k, 2) each
+        return values.exp(), indices
+
+    @property
+    def confidence(self) -> torch.Tensor:  # (B, k): max_v p(v)
+        return self._top2[0][..., 0]
+
+    @property
+    def margin(self) -> torch.Tensor:  # (B, k): p(top1) - p(top2)
+        probs = self._top2[0]
+        return probs[..., 0] - probs[..., 1]
+
+    @property
+    def tokens(self) -> torch.Tensor:  # (B, k): the argmax the core will commit
+        return self._top2[1][..., 0]
+
+
+class SolverError(ValueError):
+    """A solver parameter is invalid; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class Solver:
+    """Base class of every solver. Subclasses are frozen dataclasses; their fields are parameters.
+
+    Capability flags are class attributes:
+      ``decodes_blocks``  False means true next-token decoding through the causal stream (the NTP
+                          baseline); ``select`` is then never called.
+      ``deterministic``   False when ``select`` draws from ``view.generator``.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    decodes_blocks: ClassVar[bool] = True
+    deterministic: ClassVar[bool] = True
+
+    def select(self, view: BlockView) -> torch.Tensor:
+        """Return a (B, k) bool tensor: positions to reveal now. Must be a subset of ``view.masked``
+        holding at least one position in every row that still has a mask. Must not modify ``view``."""
+        raise NotImplementedError
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @property
+    def label(self) -> str:
+        """``name:key=value,...``: the configuration's name in records, tables and ``--solver``."""
+        if not self.params:
+            return self.name
+        return self.name + ":" + ",".join(f"{k}={v}" for k, v in self.params.items())
+
+
+def reveal_top(score: torch.Tensor, masked: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:
+    """The ``n`` highest-``score`` masked positions of each row, as a (B, k) bool tensor.
+
+    ``score`` (B, k); ``n`` an int or a (B,) tensor, clipped to [1, #masked] per row. Ties go to the
+    leftmost position, so the choice is deterministic.
+    """
+    n_masked = masked.sum(-1)  # (B,)
+    n = torch.as_tensor(n, device=masked.device).expand_as(n_masked)
+    n = torch.minimum(n.clamp_min(1), n_masked)
+    order = score.masked_fill(~masked, float("-inf")).argsort(dim=-1, descending=True, stable=True)
+    rank = torch.arange(masked.shape[-1], device=masked.device).expand_as(order)
+    return torch.zeros_like(masked).scatter(-1, order, rank < n.unsqueeze(-1)) & masked
+
+
+# ------------------------------------------------------------------------------------------- tasks
+@dataclass(frozen=True)
+class Example:
+    id: str
+    prompt: str
+    answer: str | None = None  # reference answer when one is known
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Task:
+    """A named set of examples with a verifier. Subclasses set ``name`` and implement ``examples``."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    stop: tuple[str, ...] = ()  # stop strings that end generation (stop tokens come from the model)
+    max_new_tokens: int = 256  # a sensible default budget for this task
+
+    def examples(self, split: str = "test") -> list[Example]:
+        raise NotImplementedError
+
+    def encode(self, example: Example, tokenizer) -> list[int]:
+        """Prompt token ids. Override for chat templates."""
+        return tokenizer(example.prompt, add_special_tokens=True)["input_ids"]
+
+    def score(self, example: Example, output: str) -> bool | None:
+        """True/False when the output can be judged, None when there is no reference."""
+        if example.answer is None:
+            return None
+        return output.strip() == example.answer.strip()
+
+
+# ----------------------------------------------------------------------------------------- records
+@dataclass
+class Generation:
+    """What the decoding core returns for one prompt."""
+
+    output_ids: list[int]  # generated ids up to and including the stop token; no masks, no prompt
+    stop_reason: str  # "stop_token" | "stop_string" | "max_new_tokens" | "context"
+    nfe: int  # model forwards after prefill
+    prefill_forwards: int
+    revealed_per_forward: list[int]  # tokens committed by each forward (after stop truncation)
+    forwards_per_block: list[int]  # NTP: one entry per token
+    prefill_time_s: float = 0.0
+    decode_time_s: float = 0.0
+    output_text: str = ""
+
+    @property
+    def tokens(self) -> int:
+        return len(self.output_ids)
+
+
+# One line of samples.jsonl. Field names are stable: scripts and CI read them.
+SAMPLE_FIELDS = (
+    "task", "id", "solver", "params", "config", "block_size", "repeat",
+    "prompt_tokens", "output_ids", "output_text", "stop_reason", "tokens", "nfe",
+    "prefill_forwards", "revealed_per_forward", "forwards_per_block",
+    "wall_time_s", "prefill_time_s", "decode_time_s", "correct", "answer", "error",
+)
+
+# One row of summary.json "rows" (per solver configuration x task).
+SUMMARY_ROW_FIELDS = (
+    "solver", "params", "config", "task", "n", "errors", "accuracy", "nfe", "tokens",
+    "tokens_per_forward", "speed_factor_nfe", "speed_factor_wall", "wall_time_s",
+    "peak_memory_bytes", "peak_memory_source",
+)

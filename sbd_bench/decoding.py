@@ -20,10 +20,10 @@ import torch
 
 from .cache import KVCache
 from .model import LoadedModel
-from .types import BlockView, Generation, Solver
+from .types import BlockView, Generation, Solver, UsageError
 
 
-class DecodeError(ValueError):
+class DecodeError(UsageError):
     """A prompt or setting the core cannot decode; the message says what to change."""
 
 

@@ -13,13 +13,15 @@ from pathlib import Path
 
 import torch
 
+from .types import UsageError
+
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 DEFAULT_MODEL = "sbd-tiny"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 MASK_TOKEN = "<|mask|>"
 
 
-class ModelError(ValueError):
+class ModelError(UsageError):
     """The model folder cannot be used; the message says how to fix it."""
 
 

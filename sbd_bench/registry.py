@@ -21,13 +21,13 @@ import sys
 import typing
 from pathlib import Path
 
-from .types import Solver, SolverError, Task
+from .types import Solver, SolverError, Task, UsageError
 
 BUILTIN_SOLVERS = Path(__file__).resolve().parent.parent / "solvers"
 ENTRY_POINT_GROUP = "sbd_bench.solvers"
 
 
-class RegistryError(ValueError):
+class RegistryError(UsageError):
     """An unknown name or an unreadable plugin; the message says what to do."""
 
 

@@ -73,8 +73,13 @@ class BlockView:
         return self._top2[1][..., 0]
 
 
-class SolverError(ValueError):
-    """A solver parameter is invalid; the message names the fix."""
+class UsageError(ValueError):
+    """Bad input from the user. The CLI prints its message as one line and exits non-zero; every
+    module's error class for bad input derives from it, and its message names the fix."""
+
+
+class SolverError(UsageError):
+    """A solver parameter is invalid."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,7 @@ class Task:
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    suite: ClassVar[bool] = False  # True for the built-in synthetic tasks that ``--task suite`` runs
     stop: tuple[str, ...] = ()  # stop strings that end generation (stop tokens come from the model)
     max_new_tokens: int = 256  # a sensible default budget for this task
 
@@ -180,6 +186,7 @@ SAMPLE_FIELDS = (
     "prompt_tokens", "output_ids", "output_text", "stop_reason", "tokens", "nfe",
     "prefill_forwards", "revealed_per_forward", "forwards_per_block",
     "wall_time_s", "prefill_time_s", "decode_time_s", "correct", "answer", "error",
+    "peak_memory_bytes", "peak_memory_source",
 )
 
 # One row of summary.json "rows" (per solver configuration x task).

@@ -11,10 +11,10 @@ import json
 import pkgutil
 from pathlib import Path
 
-from ..types import Example, Task
+from ..types import Example, Task, UsageError
 
 
-class TaskError(ValueError):
+class TaskError(UsageError):
     """A task name or data file that cannot be used; the message names the problem and the fix."""
 
 

@@ -1,0 +1,134 @@
+"""Command line: ``python -m sbd_bench {run,list,...}``.
+
+Subcommands live with the code they drive: a module listed in ``COMMAND_MODULES`` defines
+``add_cli(subparsers)``, which adds its parser and sets ``func``. Such modules import torch and other
+heavy packages inside their functions, so that ``report`` and ``compare`` start fast.
+Bad input (any ``UsageError``) is one line on stderr and exit status 2, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+
+from .types import UsageError
+
+COMMAND_MODULES: list[str] = []  # e.g. "sbd_bench.training"; each adds its own subcommand
+
+
+def _progress(done: int, total: int, elapsed: float, what: str) -> None:
+    if not sys.stderr.isatty() and done not in (1, total) and done % max(1, total // 20):
+        return  # in logs, about twenty lines per run
+    eta = elapsed / done * (total - done)
+    end = "\n" if done == total or not sys.stderr.isatty() else ""
+    print(f"\r[{done}/{total}] {elapsed:6.1f}s elapsed, ~{eta:5.0f}s left  {what[:60]:<60}", end=end,
+          file=sys.stderr, flush=True)
+
+
+def expand_tasks(spec: str) -> list[str]:
+    """Comma list of task names or JSONL paths; 'suite' is every built-in synthetic task."""
+    from .registry import task_registry
+
+    names: list[str] = []
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        if item == "suite":
+            suite = [name for name, cls in task_registry().items() if cls.suite]
+            if not suite:
+                raise UsageError("no built-in synthetic suite is installed: name a task or a JSONL file with --task")
+            names += suite
+        else:
+            names.append(item)
+    if not names:
+        raise UsageError("empty --task: give a task name, 'suite', or a JSONL file")
+    return list(dict.fromkeys(names))
+
+
+def cmd_run(args) -> int:
+    from pathlib import Path
+
+    from .harness import RunConfig, run
+
+    out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+    cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=args.solver, out=out,
+                    block_size=args.block_size, max_new_tokens=args.max_new_tokens, limit=args.limit,
+                    seed=args.seed, plugins=args.plugins, device=args.device, dtype=args.dtype,
+                    attn_implementation=args.attn, command=" ".join(["python -m sbd_bench", *sys.argv[1:]]))
+    run_dir = run(cfg, progress=_progress)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    _print_table(summary["rows"])
+    print(json.dumps({"run_dir": str(run_dir), "complete": summary["complete"], "rows": len(summary["rows"])}))
+    return 0 if summary["complete"] else 1
+
+
+def _print_table(rows: list[dict]) -> None:
+    def fmt(value, spec):
+        return "-" if value is None else format(value, spec)
+
+    header = f"{'task':<14} {'config':<44} {'n':>4} {'acc':>6} {'nfe':>8} {'tok/fwd':>8} {'speed_nfe':>9} {'speed_wall':>10}"
+    print(header, file=sys.stderr)
+    for r in rows:
+        print(f"{r['task'][:14]:<14} {r['config'][:44]:<44} {r['n']:>4} {fmt(r['accuracy'], '6.3f')} "
+              f"{fmt(r['nfe'], '8.1f')} {fmt(r['tokens_per_forward'], '8.2f')} {fmt(r['speed_factor_nfe'], '9.2f')} "
+              f"{fmt(r['speed_factor_wall'], '10.2f')}", file=sys.stderr)
+
+
+def cmd_list(args) -> int:
+    import dataclasses
+
+    from .registry import solver_registry, task_registry
+
+    print("solvers:")
+    for name, cls in sorted(solver_registry(args.plugins).items()):
+        params = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(cls)) or "no parameters"
+        print(f"  {name:<16} {params:<32} {cls.description}")
+    print("tasks:")
+    for name, cls in sorted(task_registry().items()):
+        tag = " [suite]" if cls.suite else ""
+        print(f"  {name:<16} {cls.description}{tag}")
+    print("  FILE.jsonl       any JSONL file with id, prompt and optional answer per line")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sbd_bench", description="Set Block Decoding benchmark suite")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run_p = sub.add_parser("run", help="decode tasks with solver configurations and write records")
+    run_p.add_argument("--model", default="sbd-tiny", help="shipped model name or local HF folder (default: sbd-tiny)")
+    run_p.add_argument("--solver", default="all",
+                       help="'all', a name, a comma list, sweeps 'entropy_bounded:gamma=0.1,0.35;proxy=margin', "
+                            "several joined by '+' (ntp is always added as the baseline)")
+    run_p.add_argument("--task", default="suite", help="task names, 'suite' or JSONL files, comma separated")
+    run_p.add_argument("--block-size", type=int, default=16)
+    run_p.add_argument("--max-new-tokens", type=int, default=None, help="default: each task's own budget")
+    run_p.add_argument("--limit", type=int, default=None, help="first N examples of each task")
+    run_p.add_argument("--seed", type=int, default=0)
+    run_p.add_argument("--out", default=None, help="run folder (default: runs/DATE-TIME)")
+    run_p.add_argument("--plugins", action="append", default=[], metavar="DIR", help="folder of solver .py files")
+    run_p.add_argument("--device", default="auto", help="auto|cpu|cuda[:N]")
+    run_p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    run_p.add_argument("--attn", default="sdpa", help="attention implementation: sdpa|eager|flash_attention_2")
+    run_p.set_defaults(func=cmd_run)
+
+    list_p = sub.add_parser("list", help="list solvers (with parameters and defaults) and tasks")
+    list_p.add_argument("--plugins", action="append", default=[], metavar="DIR")
+    list_p.set_defaults(func=cmd_list)
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).add_cli(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished samples are kept in the run folder", file=sys.stderr)
+        return 130

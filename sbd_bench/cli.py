@@ -15,7 +15,7 @@ import time
 
 from .types import UsageError
 
-COMMAND_MODULES: list[str] = []  # e.g. "sbd_bench.training"; each adds its own subcommand
+COMMAND_MODULES: list[str] = ["sbd_bench.training"]  # each adds its own subcommand
 
 
 def _progress(done: int, total: int, elapsed: float, what: str) -> None:

@@ -387,7 +387,10 @@ def train(cfg: TrainConfig, log=print) -> Path:
         for name in (STATE_FILE, LOG_FILE):
             (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
+    # CUDA: bf16 autocast, and the mask in the dtype the attention scores will have there (sdpa
+    # wants a float mask in the query's dtype). CPU: float32 throughout, reproducible.
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else _null()
+    mask_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     pad_id, mask_id = tokenizer.pad_token_id, tokenizer.mask_token_id
     n_params = sum(p.numel() for p in model.parameters())
     log(f"train: {cfg.objective} objective, {n_params / 1e6:.2f}M params, {sum(map(len, groups))} examples in {len(groups)} group(s), "
@@ -397,7 +400,7 @@ def train(cfg: TrainConfig, log=print) -> Path:
     with open(out / LOG_FILE, "a", encoding="utf-8") as log_file:
         for step in range(start, cfg.steps):
             t0 = time.perf_counter()
-            batch = draw_step(groups, cfg, step, pad_id, mask_id)
+            batch = draw_step(groups, cfg, step, pad_id, mask_id, mask_dtype)
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, cfg)
             with autocast:
@@ -429,6 +432,51 @@ def train(cfg: TrainConfig, log=print) -> Path:
     return out
 
 
+def measure_throughput(cfg: TrainConfig, steps: int, log=print) -> dict:
+    """Train two copies of one model side by side, SBD and NTP objectives, on the very same batches
+    (same k, same sequences, same lengths), alternating step by step so machine drift hits both;
+    return tokens/s of each and their ratio. Tokens are the real (unpadded) sequence tokens, so the
+    SBD figure pays for its second copy. Nothing is saved."""
+    import copy
+
+    import torch
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    from .model import pick_device
+
+    device = pick_device(cfg.device)
+    model, tokenizer = build_model(cfg, Path(cfg.base) if cfg.base else None)
+    groups = training_groups(cfg.data, tokenizer, cfg.train_examples, cfg.seed)
+    check_fits(groups, cfg, getattr(model.config, "max_position_embeddings", None))
+    models = {"sbd": model.to(device).train(), "ntp": copy.deepcopy(model).to(device).train()}
+    optimizers = {name: torch.optim.AdamW(m.parameters(), lr=cfg.lr) for name, m in models.items()}
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else _null()
+    mask_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    seconds, tokens = {"sbd": 0.0, "ntp": 0.0}, 0
+    for step in range(steps + 1):  # step 0 warms up and is not timed
+        sbd_batch = draw_step(groups, cfg, step, tokenizer.pad_token_id, tokenizer.mask_token_id, mask_dtype)
+        ntp_batch = Batch(ids=sbd_batch.ids, ntp_labels=sbd_batch.ntp_labels, k=sbd_batch.k, tokens=sbd_batch.tokens)
+        for name, batch in (("sbd", sbd_batch), ("ntp", ntp_batch)):
+            t0 = time.perf_counter()
+            with autocast:
+                loss = losses(models[name], batch, device)[0]
+            optimizers[name].zero_grad(set_to_none=True)
+            loss.backward()
+            optimizers[name].step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if step:
+                seconds[name] += time.perf_counter() - t0
+        tokens += sbd_batch.tokens if step else 0
+    result = {"steps": steps, "tokens": tokens, "threads": torch.get_num_threads(), "device": str(device),
+              "sbd_tokens_per_s": tokens / seconds["sbd"], "ntp_tokens_per_s": tokens / seconds["ntp"],
+              "sbd_over_ntp": seconds["ntp"] / seconds["sbd"]}
+    log(f"throughput over {steps} steps: SBD {result['sbd_tokens_per_s']:.0f} tok/s, NTP {result['ntp_tokens_per_s']:.0f} "
+        f"tok/s, SBD/NTP = {result['sbd_over_ntp']:.3f}")
+    return result
+
+
 class _null:
     def __enter__(self):
         return self
@@ -441,8 +489,8 @@ class _null:
 def add_cli(subparsers) -> None:
     p = subparsers.add_parser("train", help="fine-tune a causal LM with the SBD objective (or its NTP twin)")
     d = TrainConfig(out="")
-    p.add_argument("--out", required=True, help="output HF folder (refused if it holds a checkpoint, "
-                                                "unless --resume or --overwrite)")
+    p.add_argument("--out", default=None, help="output HF folder (required; refused if it holds a checkpoint, "
+                                               "unless --resume or --overwrite)")
     p.add_argument("--base", default=None, help="local HF model folder to fine-tune (default: a tiny Llama from scratch "
                                                 "with the character tokenizer)")
     p.add_argument("--data", default=d.data, help="'suite', built-in task names (comma list), or a JSONL file with "
@@ -467,13 +515,24 @@ def add_cli(subparsers) -> None:
     p.add_argument("--heads", type=int, default=d.heads)
     p.add_argument("--intermediate-size", type=int, default=d.intermediate_size)
     p.add_argument("--max-positions", type=int, default=d.max_positions)
+    p.add_argument("--measure-throughput", type=int, default=None, metavar="STEPS",
+                   help="instead of training: time STEPS steps of SBD and NTP on copies of the model and the same "
+                        "batches, print tokens/s and the ratio; saves nothing")
     p.set_defaults(func=cmd_train)
 
 
 def cmd_train(args) -> int:
-    keys = set(TrainConfig.__dataclass_fields__) - {"command"}
-    cfg = TrainConfig(**{k: v for k, v in vars(args).items() if k in keys},
+    keys = set(TrainConfig.__dataclass_fields__) - {"command", "out"}
+    cfg = TrainConfig(out=args.out or "", **{k: v for k, v in vars(args).items() if k in keys},
                       command=" ".join(["python -m sbd_bench", *sys.argv[1:]]))
+    if args.measure_throughput is not None:
+        if args.measure_throughput < 1:
+            raise TrainError(f"--measure-throughput must be >= 1 (got {args.measure_throughput})")
+        result = measure_throughput(cfg, args.measure_throughput, log=lambda line: print(line, file=sys.stderr))
+        print(json.dumps(result))
+        return 0
+    if not args.out:
+        raise TrainError("--out is required: the folder the trained model is saved to")
     out = train(cfg, log=lambda line: print(line, file=sys.stderr, flush=True))
     print(json.dumps({"out": str(out), "steps": cfg.steps, "objective": cfg.objective}))
     return 0

@@ -151,6 +151,14 @@ def test_checkpoint_round_trips_through_run(smoke_run, tmp_path, capsys):
     assert summary["complete"] and {r["solver"] for r in summary["rows"]} == {"ntp", "entropy_bounded"}
 
 
+def test_throughput_measurement_runs_both_objectives_on_the_same_batches():
+    from sbd_bench.training import measure_throughput
+
+    result = measure_throughput(_cfg(""), steps=2, log=lambda line: None)
+    assert result["steps"] == 2 and result["tokens"] > 0
+    assert result["sbd_tokens_per_s"] > 0 and result["ntp_tokens_per_s"] > 0  # speed itself is not asserted
+
+
 def test_ntp_objective_and_jsonl_data(tmp_path):
     data = tmp_path / "pairs.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "completion": str(i + 1)}) + "\n" for i in range(20)))

@@ -8,8 +8,8 @@ verifier, spanning the regimes where parallel decoding behaves differently.
 
     >>> task = load_task("tag")
     >>> ex = task.examples("test")[0]; ex.prompt, ex.answer
-    ('tag 7311\\n', 'qhx 7311 QHX')
-    >>> task.score(ex, "abc 7311 ABC"), task.score(ex, "abc 7311 ABD")
+    ('tag 6230\\n', 'qel 6230 QEL')
+    >>> task.score(ex, "abc 6230 ABC"), task.score(ex, "abc 6230 ABD")
     (True, False)
 
 Splits: the test split is the first ``n_test`` distinct prompts of one seeded stream; the train

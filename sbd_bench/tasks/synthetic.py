@@ -2,7 +2,7 @@
 verifier, spanning the regimes where parallel decoding behaves differently.
 
     arith    addition with a digit-by-digit scratchpad          (long, fully predictable)
-    reverse  reverse a string of letters                        (copying, fully predictable)
+    reverse  reverse a string of 6 letters                      (copying, fully predictable)
     record   a JSON record: boilerplate around a few hard tokens (checked by json.loads)
     tag      pick ANY 3-letter name, then repeat it in capitals  (answer not unique: consistency)
 
@@ -96,7 +96,7 @@ class Arith(SyntheticTask):
     max_new_tokens = 40
 
     def generate(self, rng):
-        a, b = rng.randint(0, 999), rng.randint(0, 999)
+        a, b = rng.randint(100, 999), rng.randint(100, 999)
         return f"{a}+{b}=\n", scratchpad(a, b), {"a": a, "b": b}
 
     def verify(self, meta, output):
@@ -111,11 +111,11 @@ class Arith(SyntheticTask):
 @register_task
 class Reverse(SyntheticTask):
     name = "reverse"
-    description = "reverse a string of 4-9 letters (predictable copying)"
-    max_new_tokens = 12
+    description = "reverse a string of 6 letters (predictable copying)"
+    max_new_tokens = 10
 
     def generate(self, rng):
-        word = "".join(rng.choice(LOWER) for _ in range(rng.randint(4, 9)))
+        word = "".join(rng.choice(LOWER) for _ in range(6))
         return f"rev {word}\n", word[::-1], {"word": word}
 
     def verify(self, meta, output):
@@ -130,7 +130,7 @@ class Record(SyntheticTask):
     max_new_tokens = 48
 
     def generate(self, rng):
-        name = "".join(rng.choice(LOWER) for _ in range(rng.randint(3, 5)))
+        name = "".join(rng.choice(LOWER) for _ in range(4))
         age, ok = rng.randint(10, 99), rng.random() < 0.5
         prompt = f"rec {name} {age} {'y' if ok else 'n'}\n"
         answer = json.dumps({"name": name, "age": age, "ok": ok})
@@ -160,10 +160,10 @@ class Tag(SyntheticTask):
 
     name = "tag"
     description = "pick any 3-letter name, then repeat it in capitals (consistency, not unique)"
-    max_new_tokens = 16
+    max_new_tokens = 14
 
     def generate(self, rng):
-        number = rng.randint(0, 9999)
+        number = rng.randint(100, 999)
         name = "".join(rng.choice(LOWER) for _ in range(3))
         return f"tag {number}\n", f"{name} {number} {name.upper()}", {"number": number}
 

@@ -115,6 +115,8 @@ class Decoder:
         """Feed one committed token (B, 1) causally; keep its KV; return next-token logits (B, V).
         ``position``: an int, or (B, 1) per row; ``key_pad``: see ``attention_mask``."""
         positions = torch.full_like(token, position) if isinstance(position, int) else position
+        if key_pad is None:  # one query sees the whole cache: no mask
+            return self.forward(token, positions, None, cache)[:, -1]
         mask = attention_mask(cache.length, 1, 0, self.lm.dtype, token.device, key_pad)
         return self.forward(token, positions, mask, cache)[:, -1]
 

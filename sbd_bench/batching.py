@@ -212,3 +212,83 @@ class BatchDecoder:
         masked[b] = False  # the row's block is over: it idles until the others finish theirs
         if reason != "block_done":
             r.out, r.stop_reason = r.out[:cut], reason
+
+
+# ------------------------------------------------------------------------- harness glue, OOM
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, or a CPU allocation failure (a RuntimeError from the allocator)."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+class FittingBatcher:
+    """Decodes lists of prompts in batches of at most ``size``; when a batch does not fit in memory,
+    halves the size, says so once per size on ``report``, and goes on with the largest size that
+    fit. Results do not depend on the size (batching equals batch 1), only the timing does."""
+
+    def __init__(self, size: int, report=None):
+        self.requested = self.size = size
+        self.report = report or (lambda line: None)
+
+    def run(self, decode, items: list) -> list:
+        """``decode(items[i:j]) -> list`` over all items, in order."""
+        out, i = [], 0
+        while i < len(items):
+            part = items[i : i + self.size]
+            try:
+                out += decode(part)
+            except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
+                if not is_out_of_memory(exc):
+                    raise
+                _free_memory()
+                if len(part) == 1:
+                    raise BatchSizeError("one sequence alone does not fit in memory: use a smaller model, "
+                                         "--dtype bfloat16, --device-map auto, or a smaller --max-new-tokens") from None
+                self.size = max(1, len(part) // 2)
+                self.report(f"warning: batch size {len(part)} does not fit in memory; continuing with "
+                            f"{self.size}, the largest size tried that fits (the requested size was {self.requested})")
+                continue
+            i += len(part)
+        return out
+
+
+def _free_memory() -> None:
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def batched_records(lm, work: list, solvers: list[Solver], cfg, report=None):
+    """Sample records for ``work`` [(task, example, prompt_ids)], ``cfg.batch_size`` examples of one
+    task decoded together, yielded in the batch-1 loop's order (example, then solver)."""
+    import sys
+
+    from .harness import _peak_memory, make_decoder, sample_record
+
+    batcher = FittingBatcher(cfg.batch_size, report or (lambda line: print(line, file=sys.stderr, flush=True)))
+    chunks: list[list] = []
+    for item in work:  # consecutive examples of one task (they share stop strings and budget)
+        if chunks and chunks[-1][0][0] is item[0] and len(chunks[-1]) < cfg.batch_size:
+            chunks[-1].append(item)
+        else:
+            chunks.append([item])
+    for chunk in chunks:
+        task = chunk[0][0]
+        per_solver = []
+        for solver in solvers:
+            def decode(part, solver=solver):
+                if lm.device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(lm.device)
+                gens = BatchDecoder(make_decoder(lm, task, cfg)).generate([ids for _, _, ids in part], solver)
+                peak, source = _peak_memory(lm.device)
+                return [(gen, peak, source, len(part)) for gen in gens]
+
+            per_solver.append(batcher.run(decode, chunk))
+        for i, (task, example, ids) in enumerate(chunk):
+            for solver, results in zip(solvers, per_solver):
+                gen, peak, source, size = results[i]
+                yield sample_record(task, example, ids, solver, cfg, gen, peak, source, batch_size=size)

@@ -51,13 +51,23 @@ def cmd_run(args) -> int:
     from .harness import RunConfig, run
     from .model import resolve_model_path
 
+    from . import distributed
+
     resolve_model_path(args.model)  # the cheapest check first: a typo in --model costs no work
+    if distributed.launched() and not args.out:
+        raise UsageError("under torchrun pass --out DIR: every rank must name the same run folder")
     out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=args.solver, out=out,
                     block_size=args.block_size, max_new_tokens=args.max_new_tokens, limit=args.limit,
                     seed=args.seed, plugins=args.plugins, device=args.device, dtype=args.dtype,
-                    attn_implementation=args.attn, command=" ".join(["python -m sbd_bench", *sys.argv[1:]]))
-    run_dir = run(cfg, progress=_progress)
+                    attn_implementation=args.attn, command=" ".join(["python -m sbd_bench", *sys.argv[1:]]),
+                    batch_size=args.batch_size, fast=args.fast, device_map=args.device_map)
+    if distributed.launched():
+        run_dir = distributed.run_data_parallel(cfg, progress=_progress)
+        if run_dir is None:  # not rank 0: rank 0 reports for the whole run
+            return 0
+    else:
+        run_dir = run(cfg, progress=_progress)
     summary = json.loads((run_dir / "summary.json").read_text())
     _print_table(summary["rows"])
     print(json.dumps({"run_dir": str(run_dir), "complete": summary["complete"], "rows": len(summary["rows"])}))
@@ -112,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.add_argument("--device", default="auto", help="auto|cpu|cuda[:N]")
     run_p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     run_p.add_argument("--attn", default="sdpa", help="attention implementation: sdpa|eager|flash_attention_2")
+    run_p.add_argument("--batch-size", type=int, default=1,
+                       help="sequences decoded together (same outputs and NFE as 1; halved on out-of-memory)")
+    run_p.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
+                       help="preallocated KV cache + CUDA graphs (default: on for CUDA, off on CPU)")
+    run_p.add_argument("--device-map", default=None, metavar="auto",
+                       help="spread a model larger than one GPU over all GPUs (needs accelerate)")
     run_p.set_defaults(func=cmd_run)
 
     list_p = sub.add_parser("list", help="list solvers (with parameters and defaults) and tasks")

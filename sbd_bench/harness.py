@@ -44,6 +44,10 @@ class RunConfig:
     dtype: str = "auto"
     attn_implementation: str = "sdpa"
     command: str = ""
+    batch_size: int = 1  # sequences decoded together (batching.py)
+    fast: bool | None = None  # preallocated cache + CUDA graphs; None: on when the device is CUDA
+    device_map: str | None = None  # e.g. "auto": spread a large model over GPUs (accelerate)
+    shard: tuple[int, int] | None = None  # (rank, world_size) under torchrun (distributed.py)
 
     def __post_init__(self):
         if self.block_size < 1:
@@ -52,6 +56,8 @@ class RunConfig:
             raise UsageError(f"--limit must be >= 1 (got {self.limit})")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise UsageError(f"--max-new-tokens must be >= 1 (got {self.max_new_tokens})")
+        if self.batch_size < 1:
+            raise UsageError(f"--batch-size must be >= 1 (got {self.batch_size})")
 
 
 def write_json_atomic(path: Path, payload) -> None:
@@ -122,16 +128,33 @@ def _peak_memory(device: torch.device) -> tuple[int, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "ru_maxrss (process peak RSS)"
 
 
+def use_fast_path(cfg: RunConfig, lm: LoadedModel) -> bool:
+    """--fast/--no-fast; by default on for a CUDA model on one device (graphs do not span devices)."""
+    if cfg.fast is None:
+        return lm.device.type == "cuda" and cfg.device_map is None
+    return cfg.fast
+
+
+def make_decoder(lm: LoadedModel, task: Task, cfg: RunConfig) -> Decoder:
+    budget = cfg.max_new_tokens or task.max_new_tokens
+    return Decoder(lm, block_size=cfg.block_size, max_new_tokens=budget, stop_strings=task.stop, seed=cfg.seed,
+                   fast=use_fast_path(cfg, lm))
+
+
 def decode_sample(lm: LoadedModel, task: Task, example: Example, prompt_ids: list[int], solver: Solver,
                   cfg: RunConfig, repeat: int = 0) -> dict:
     """Decode one example with one solver configuration and return its sample record."""
-    budget = cfg.max_new_tokens or task.max_new_tokens
-    decoder = Decoder(lm, block_size=cfg.block_size, max_new_tokens=budget, stop_strings=task.stop, seed=cfg.seed)
+    decoder = make_decoder(lm, task, cfg)
     if lm.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(lm.device)
     gen = decoder.generate(prompt_ids, solver)
     peak, source = _peak_memory(lm.device)
-    return {
+    return sample_record(task, example, prompt_ids, solver, cfg, gen, peak, source, repeat)
+
+
+def sample_record(task: Task, example: Example, prompt_ids: list[int], solver: Solver, cfg: RunConfig,
+                  gen, peak: int, source: str, repeat: int = 0, batch_size: int = 1) -> dict:
+    return {"batch_size": batch_size,
         "task": task.name, "id": example.id, "solver": solver.name, "params": solver.params,
         "config": solver.label, "block_size": cfg.block_size, "repeat": repeat,
         "prompt_tokens": len(prompt_ids), "output_ids": gen.output_ids, "output_text": gen.output_text,
@@ -148,7 +171,8 @@ def run(cfg: RunConfig, progress=None) -> Path:
     registry = solver_registry(cfg.plugins)
     solvers = parse_solver_spec(cfg.solvers, registry)
     tasks = [load_task(name) for name in cfg.tasks]
-    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, attn_implementation=cfg.attn_implementation)
+    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, attn_implementation=cfg.attn_implementation,
+                    device_map=cfg.device_map)
     torch.manual_seed(cfg.seed)
     work: list[tuple[Task, Example, list[int]]] = []
     for task in tasks:
@@ -161,6 +185,10 @@ def run(cfg: RunConfig, progress=None) -> Path:
                 raise UsageError(f"task '{task.name}' example {example.id}: prompt of {len(ids)} tokens does not fit "
                                  f"the model's context of {lm.max_positions}; drop it or use a longer-context model")
             work.append((task, example, ids))
+    if cfg.shard is not None:  # torchrun: this rank's share of the examples
+        from .distributed import shard_work
+
+        work = shard_work(work, *cfg.shard)
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -177,13 +205,18 @@ def run(cfg: RunConfig, progress=None) -> Path:
 
     writer = RecordWriter(samples_path)
     total, done, started = len(work) * len(solvers), 0, time.perf_counter()
+    if cfg.batch_size > 1:
+        from .batching import batched_records
+
+        records = batched_records(lm, work, solvers, cfg)
+    else:
+        records = (decode_sample(lm, task, example, ids, solver, cfg) for task, example, ids in work for solver in solvers)
     try:
-        for task, example, ids in work:
-            for solver in solvers:
-                writer.write(decode_sample(lm, task, example, ids, solver, cfg))
-                done += 1
-                if progress:
-                    progress(done, total, time.perf_counter() - started, f"{task.name}/{example.id} {solver.label}")
+        for record in records:
+            writer.write(record)
+            done += 1
+            if progress:
+                progress(done, total, time.perf_counter() - started, f"{record['task']}/{record['id']} {record['config']}")
     finally:
         writer.close()
         records = read_records(samples_path)

@@ -4,6 +4,7 @@ reasons (stop token, stop string, budget, end of context)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -62,3 +63,79 @@ def test_rows_stop_at_different_times(lm):
     gens = BatchDecoder(Decoder(lm, block_size=4, max_new_tokens=14)).generate(prompts, solver)
     assert len({g.tokens for g in gens}) >= 3
     assert len({g.nfe for g in gens}) >= 3
+
+
+# ------------------------------------------------------------------------------ through the harness
+TIMING = ("wall_time_s", "prefill_time_s", "decode_time_s", "peak_memory_bytes", "peak_memory_source", "batch_size")
+
+
+def _task_file(path):
+    import json
+
+    with open(path, "w") as handle:
+        for i, prompt in enumerate(PROMPTS[:5]):
+            handle.write(json.dumps({"id": str(i), "prompt": prompt, "answer": "8"}) + "\n")
+    return path
+
+
+def _run(model_dir, task, out, **overrides):
+    from sbd_bench.harness import RunConfig, read_records, run
+
+    cfg = RunConfig(model=str(model_dir), tasks=[str(task)], solvers="all", out=out, block_size=4,
+                    max_new_tokens=10, device="cpu", dtype="float32", **overrides)
+    run(cfg)
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in read_records(out / "samples.jsonl")], cfg
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("run-llama"))
+
+
+def test_run_batch_size_gives_the_batch_one_records(model_dir, tmp_path):
+    task = _task_file(tmp_path / "mini.jsonl")
+    one, _ = _run(model_dir, task, tmp_path / "b1")
+    three, _ = _run(model_dir, task, tmp_path / "b3", batch_size=3)
+    assert len(one) == 5 * len(parse_solver_spec("all", solver_registry()))
+    assert three == one
+
+
+def test_out_of_memory_halves_the_batch_and_goes_on(model_dir, tmp_path, monkeypatch, capsys):
+    from sbd_bench import batching
+
+    original = batching.BatchDecoder.generate
+
+    def small_memory(self, prompts, solver):  # a device that holds at most 2 sequences at once
+        if len(prompts) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return original(self, prompts, solver)
+
+    monkeypatch.setattr(batching.BatchDecoder, "generate", small_memory)
+    task = _task_file(tmp_path / "mini.jsonl")
+    records, _ = _run(model_dir, task, tmp_path / "oom", batch_size=5)
+    assert "batch size 5 does not fit in memory; continuing with 2" in capsys.readouterr().err
+    monkeypatch.undo()
+    reference, _ = _run(model_dir, task, tmp_path / "ref")
+    assert records == reference
+
+
+def test_one_sequence_that_does_not_fit_is_a_clear_error():
+    from sbd_bench.batching import BatchSizeError, FittingBatcher
+
+    def never_fits(part):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:118] DefaultCPUAllocator: can't allocate memory")
+
+    with pytest.raises(BatchSizeError, match="one sequence alone does not fit"):
+        FittingBatcher(4).run(never_fits, [1, 2, 3])
+    with pytest.raises(ValueError, match="unrelated"):  # other errors are not mistaken for memory
+        FittingBatcher(4).run(lambda part: (_ for _ in ()).throw(ValueError("unrelated")), [1])
+
+
+def test_device_map_auto_loads_and_decodes_like_one_device(model_dir, tmp_path):
+    pytest.importorskip("accelerate")
+    task = _task_file(tmp_path / "mini.jsonl")
+    one, _ = _run(model_dir, task, tmp_path / "plain")
+    mapped, _ = _run(model_dir, task, tmp_path / "mapped", device_map="auto")
+    assert mapped == one
+    summary = json.loads((tmp_path / "mapped" / "summary.json").read_text())
+    assert summary["provenance"]["model_info"]["device_map"] == {"": "cpu"}

@@ -1,0 +1,151 @@
+"""Data-parallel runs under torchrun: each rank decodes its share of the examples, rank 0 writes one
+run folder with the records and summary a single process would have written (timings aside).
+
+    torchrun --nproc-per-node 8 -m sbd_bench run --model M --task T --out runs/x        # one node
+    torchrun --nnodes 2 --node-rank R --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
+             --nproc-per-node 8 -m sbd_bench run ...                                   # two nodes
+
+The split is deterministic: example i (in the single-process order) goes to rank i mod world_size.
+Each rank runs the ordinary harness into ``OUT/.rankR`` (its records flushed as it goes, so a
+crash loses little), then the records are gathered on rank 0 (gloo on CPU, NCCL on GPU), put back
+in the single-process order, and summarised once. Any rank that fails makes the whole run fail:
+rank 0 names the rank and its error, writes ``summary.json`` with ``complete: false``, and every
+rank exits non-zero.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import traceback
+from dataclasses import replace
+from pathlib import Path
+
+from .types import UsageError
+
+MERGED_FILES = ("samples.jsonl", "summary.json")
+
+
+class DistributedError(UsageError):
+    """A data-parallel run that cannot start or did not finish; the message names the rank and fix."""
+
+
+def launched() -> bool:
+    """True inside a torchrun worker group of more than one process."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def shard_work(work: list, rank: int, world: int) -> list:
+    """Rank ``rank``'s share: items rank, rank + world, ... of the single-process order."""
+    if world > len(work):
+        raise DistributedError(f"torchrun started {world} ranks for {len(work)} examples: start at most "
+                               f"{len(work)} processes (--nproc-per-node x --nnodes), or run more examples")
+    return work[rank::world]
+
+
+def merge_in_order(per_rank: list[list[dict]]) -> list[dict]:
+    """Records of every rank, in the single-process order. A rank's records come example by example
+    (all configurations of one example together); its j-th example is global example rank + j*world."""
+    world, keyed = len(per_rank), []
+    for rank, records in enumerate(per_rank):
+        example, last = -1, None
+        for position, rec in enumerate(records):
+            if (rec["task"], rec["id"]) != last:
+                example, last = example + 1, (rec["task"], rec["id"])
+            keyed.append((rank + example * world, position, rec))
+    return [rec for *_, rec in sorted(keyed, key=lambda item: item[:2])]
+
+
+def _rank_device(cfg, local_rank: int) -> str:
+    import torch
+
+    if cfg.device in ("auto", "cuda") and torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        return f"cuda:{local_rank}"
+    if cfg.device.startswith("cuda:"):
+        raise DistributedError(f"--device {cfg.device} under torchrun: use --device auto (rank r takes cuda:LOCAL_RANK)")
+    return cfg.device
+
+
+def run_data_parallel(cfg, progress=None) -> Path | None:
+    """Run ``cfg`` as this torchrun rank. Returns the run folder on rank 0 and None on the others."""
+    import torch.distributed as dist
+
+    from . import metrics
+    from .harness import read_records, run, write_json_atomic
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if cfg.device_map is not None:
+        raise DistributedError("--device-map cannot be combined with torchrun: each rank holds a whole model on "
+                               "its own GPU; for a model larger than one GPU run one process with --device-map auto")
+    device = _rank_device(cfg, local_rank)
+    dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    try:
+        out = Path(cfg.out)
+        shard_dir = out / f".rank{rank}"
+        status = {"rank": rank, "error": None, "usage_error": False}
+        records, summary = [], None
+        try:
+            run(replace(cfg, out=shard_dir, device=device, shard=(rank, world)), progress if rank == 0 else None)
+            records = read_records(shard_dir / "samples.jsonl")
+            summary = json.loads((shard_dir / "summary.json").read_text())
+        except UsageError as exc:
+            status.update(error=str(exc), usage_error=True)
+        except Exception as exc:  # noqa: BLE001 - reported by rank 0 for the whole run
+            status["error"] = f"{type(exc).__name__}: {exc}"
+            shard_dir.mkdir(parents=True, exist_ok=True)
+            (shard_dir / "error.txt").write_text(traceback.format_exc())
+        gathered = [None] * world if rank == 0 else None
+        dist.gather_object((status, records, summary), gathered, dst=0)
+        outcome = [None]
+        if rank == 0:
+            outcome[0] = _write_merged(out, gathered, cfg, world, metrics, write_json_atomic)
+        dist.broadcast_object_list(outcome, src=0)
+    finally:
+        dist.destroy_process_group()
+    failed = outcome[0]
+    if failed is None:
+        if (out / f".rank{rank}").exists():
+            shutil.rmtree(out / f".rank{rank}")
+        return out if rank == 0 else None
+    if rank == 0:
+        raise (UsageError if failed["usage_error"] else DistributedError)(failed["message"])
+    sys.exit(2 if failed["usage_error"] else 1)  # rank 0 alone prints the reason
+
+
+def _write_merged(out: Path, gathered: list, cfg, world: int, metrics, write_json_atomic) -> dict | None:
+    """On rank 0: write samples.jsonl and summary.json for the whole run. Returns None when every
+    rank succeeded, else {"message", "usage_error"} describing the failure."""
+    statuses = [status for status, _, _ in gathered]
+    failures = [s for s in statuses if s["error"]]
+    errors = {s["error"] for s in failures}
+    if failures and len(failures) == world and len(errors) == 1 and failures[0]["usage_error"]:
+        return {"message": failures[0]["error"], "usage_error": True}  # the same bad input everywhere
+    out.mkdir(parents=True, exist_ok=True)
+    records = merge_in_order([recs for _, recs, _ in gathered])
+    with open(out / "samples.jsonl", "w", encoding="utf-8") as handle:
+        for rec in records:
+            handle.write(json.dumps(metrics.json_safe(rec), allow_nan=False) + "\n")
+    base = next((summary for _, _, summary in gathered if summary), None) or {"provenance": {}}
+    provenance = dict(base.get("provenance", {}))
+    provenance["config"] = {**provenance.get("config", {}), "out": str(out), "shard": None}
+    provenance["world_size"] = world
+    summaries = [summary for _, _, summary in gathered]
+    complete = not failures and all(s and s.get("complete") for s in summaries)
+    summary = {**base, "complete": complete, "provenance": provenance, "rows": metrics.summarize(records)}
+    if failures:
+        summary["error"] = "; ".join(f"rank {s['rank']}: {s['error']}" for s in failures)
+    write_json_atomic(out / "summary.json", summary)
+    shard0 = out / ".rank0"
+    for extra in (shard0.iterdir() if shard0.is_dir() and not failures else ()):
+        if extra.name not in MERGED_FILES and extra.is_file():  # other files the harness wrote
+            shutil.copy2(extra, out / extra.name)
+    if not failures:
+        return None
+    names = ", ".join(str(s["rank"]) for s in failures)
+    first = failures[0]
+    return {"message": f"rank {names} of {world} failed ({first['error']}); the run is incomplete: "
+                       f"{out / 'summary.json'} says complete: false (details under {out}/.rank{first['rank']})",
+            "usage_error": False}

@@ -36,12 +36,12 @@ def launched() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def shard_work(work: list, rank: int, world: int) -> list:
+def shard_work(work, rank: int, world: int) -> list:
     """Rank ``rank``'s share: items rank, rank + world, ... of the single-process order."""
     if world > len(work):
         raise DistributedError(f"torchrun started {world} ranks for {len(work)} examples: start at most "
                                f"{len(work)} processes (--nproc-per-node x --nnodes), or run more examples")
-    return work[rank::world]
+    return list(work[rank::world])
 
 
 def merge_in_order(per_rank: list[list[dict]]) -> list[dict]:
@@ -80,10 +80,11 @@ def run_data_parallel(cfg, progress=None) -> Path | None:
     if cfg.device_map is not None:
         raise DistributedError("--device-map cannot be combined with torchrun: each rank holds a whole model on "
                                "its own GPU; for a model larger than one GPU run one process with --device-map auto")
+    _check_enough_examples(cfg, world)  # every rank stops here alike, before any rendezvous
     device = _rank_device(cfg, local_rank)
     dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    out = Path(cfg.out)
     try:
-        out = Path(cfg.out)
         shard_dir = out / f".rank{rank}"
         status = {"rank": rank, "error": None, "usage_error": False}
         records, summary = [], None
@@ -102,27 +103,33 @@ def run_data_parallel(cfg, progress=None) -> Path | None:
         outcome = [None]
         if rank == 0:
             outcome[0] = _write_merged(out, gathered, cfg, world, metrics, write_json_atomic)
+            if outcome[0] is not None:  # printed before the others learn of it and exit, which
+                print(f"error: {outcome[0]}", file=sys.stderr, flush=True)  # makes torchrun stop rank 0
         dist.broadcast_object_list(outcome, src=0)
     finally:
         dist.destroy_process_group()
-    failed = outcome[0]
-    if failed is None:
-        if (out / f".rank{rank}").exists():
-            shutil.rmtree(out / f".rank{rank}")
-        return out if rank == 0 else None
-    if rank == 0:
-        raise (UsageError if failed["usage_error"] else DistributedError)(failed["message"])
-    sys.exit(2 if failed["usage_error"] else 1)  # rank 0 alone prints the reason
+    if outcome[0] is not None:
+        sys.exit(2)  # exit status 2, as for any UsageError; rank 0 has said why
+    if (out / f".rank{rank}").exists():
+        shutil.rmtree(out / f".rank{rank}")
+    return out if rank == 0 else None
+
+
+def _check_enough_examples(cfg, world: int) -> None:
+    from .tasks import load_task
+
+    count = sum(len(load_task(name).examples("test")[: cfg.limit]) for name in cfg.tasks)
+    shard_work(range(count), 0, world)
 
 
 def _write_merged(out: Path, gathered: list, cfg, world: int, metrics, write_json_atomic) -> dict | None:
     """On rank 0: write samples.jsonl and summary.json for the whole run. Returns None when every
-    rank succeeded, else {"message", "usage_error"} describing the failure."""
+    rank succeeded, else the message that says which rank failed and why."""
     statuses = [status for status, _, _ in gathered]
     failures = [s for s in statuses if s["error"]]
     errors = {s["error"] for s in failures}
     if failures and len(failures) == world and len(errors) == 1 and failures[0]["usage_error"]:
-        return {"message": failures[0]["error"], "usage_error": True}  # the same bad input everywhere
+        return failures[0]["error"]  # the same bad input on every rank: no run folder to speak of
     out.mkdir(parents=True, exist_ok=True)
     records = merge_in_order([recs for _, recs, _ in gathered])
     with open(out / "samples.jsonl", "w", encoding="utf-8") as handle:
@@ -146,6 +153,5 @@ def _write_merged(out: Path, gathered: list, cfg, world: int, metrics, write_jso
         return None
     names = ", ".join(str(s["rank"]) for s in failures)
     first = failures[0]
-    return {"message": f"rank {names} of {world} failed ({first['error']}); the run is incomplete: "
-                       f"{out / 'summary.json'} says complete: false (details under {out}/.rank{first['rank']})",
-            "usage_error": False}
+    return (f"rank {names} of {world} failed ({first['error']}); the run is incomplete: "
+            f"{out / 'summary.json'} says complete: false (details under {out}/.rank{first['rank']})")

@@ -77,7 +77,7 @@ def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[lis
         body.append([key[0], key[1], _f(base["nfe"]), _f(row["nfe"]), _f(base["accuracy"]), _f(row["accuracy"]),
                      _f(base["tokens_per_forward"]), _f(row["tokens_per_forward"]), _f(base["speed_factor_wall"]),
                      _f(row["speed_factor_wall"]), "FAIL" if problems else "ok"])
-    for key in base_rows.keys() - run_rows.keys():
+    for key in sorted({(r["config"], r["task"]) for r in base_records} - run_rows.keys()):
         notes.append(f"{key[0]} on {key[1]} is in the baseline but not in this run (not compared)")
     return body, regressions, notes
 

@@ -97,7 +97,8 @@ def wilson_ci(successes: int, n: int, z: float = 1.959964) -> tuple[float, float
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lo, hi = max(0.0, centre - half), min(1.0, centre + half)
+    return (0.0 if successes == 0 else lo), (1.0 if successes == n else hi)  # exact ends, no rounding
 
 
 def summarize(records: Iterable[dict]) -> list[dict]:

@@ -200,9 +200,9 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
 
     matplotlib.use("Agg")
     run_dir = Path(run_dir)
+    summary, records = load_run(run_dir)  # first: bad input must not leave folders behind
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary, records = load_run(run_dir)
     rows = summarize(records)
     predictions = prediction_columns(summary, records)
     header, body = main_table(rows)

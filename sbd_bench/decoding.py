@@ -90,8 +90,7 @@ class Decoder:
     def ntp_step(self, token: torch.Tensor, position: int, cache: KVCache) -> torch.Tensor:
         """Feed one committed token (B, 1) causally; keep its KV; return next-token logits (B, V)."""
         positions = torch.full_like(token, position)
-        mask = attention_mask(cache.length, 1, 0, self.lm.dtype, token.device)
-        return self.forward(token, positions, mask, cache)[:, -1]
+        return self.forward(token, positions, None, cache)[:, -1]  # one query sees the whole cache: no mask
 
     def block_step(self, pending: torch.Tensor, block: torch.Tensor, start: int, cache: KVCache) -> torch.Tensor:
         """One SBD forward: ``pending`` (B, n) committed tokens at start-n..start-1, causal (their KV is
@@ -202,8 +201,11 @@ class Decoder:
                 break
         if self.stop_strings:
             head = ids[: cut if cut is not None else budget]
-            text = self.lm.tokenizer.decode(head, skip_special_tokens=True)
-            if any(s in text for s in self.stop_strings):
+            # a stop string ending before first_new was seen already: decode only a tail window
+            # wide enough for any stop string ending anew, even at one byte-level token per UTF-8 byte
+            window = 4 * max(len(s) for s in self.stop_strings) + 8
+            tail = self.lm.tokenizer.decode(head[max(0, first_new - window):], skip_special_tokens=True)
+            if any(s in tail for s in self.stop_strings):
                 cut, reason = self._stop_string_cut(head), "stop_string"
         if cut is not None:
             return cut, reason

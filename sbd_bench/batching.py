@@ -262,33 +262,71 @@ def _free_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def batched_records(lm, work: list, solvers: list[Solver], cfg, report=None):
-    """Sample records for ``work`` [(task, example, prompt_ids)], ``cfg.batch_size`` examples of one
-    task decoded together, yielded in the batch-1 loop's order (example, then solver)."""
-    import sys
-
-    from .harness import _peak_memory, make_decoder, sample_record
-
-    batcher = FittingBatcher(cfg.batch_size, report or (lambda line: print(line, file=sys.stderr, flush=True)))
-    chunks: list[list] = []
-    for item in work:  # consecutive examples of one task (they share stop strings and budget)
-        if chunks and chunks[-1][0][0] is item[0] and len(chunks[-1]) < cfg.batch_size:
+def _example_chunks(todo: list, batch_size: int) -> list[list[tuple]]:
+    """Group ``todo`` [(task, example, ids, repeat, solver)] (examples outer) into chunks of at most
+    ``batch_size`` consecutive examples of one task (they share stop strings and budget). Each chunk
+    is a list of (task, example, ids, [(repeat, solver), ...])."""
+    examples: list[tuple] = []
+    for task, example, ids, repeat, solver in todo:
+        if examples and examples[-1][0] is task and examples[-1][1] is example:
+            examples[-1][3].append((repeat, solver))
+        else:
+            examples.append((task, example, ids, [(repeat, solver)]))
+    chunks: list[list[tuple]] = []
+    for item in examples:
+        if chunks and chunks[-1][0][0] is item[0] and len(chunks[-1]) < batch_size:
             chunks[-1].append(item)
         else:
             chunks.append([item])
-    for chunk in chunks:
-        task = chunk[0][0]
-        per_solver = []
-        for solver in solvers:
-            def decode(part, solver=solver):
-                if lm.device.type == "cuda":
-                    torch.cuda.reset_peak_memory_stats(lm.device)
-                gens = BatchDecoder(make_decoder(lm, task, cfg)).generate([ids for _, _, ids in part], solver)
-                peak, source = _peak_memory(lm.device)
-                return [(gen, peak, source, len(part)) for gen in gens]
+    return chunks
 
-            per_solver.append(batcher.run(decode, chunk))
-        for i, (task, example, ids) in enumerate(chunk):
-            for solver, results in zip(solvers, per_solver):
-                gen, peak, source, size = results[i]
-                yield sample_record(task, example, ids, solver, cfg, gen, peak, source, batch_size=size)
+
+def _decode_chunk(lm, cfg, batcher: FittingBatcher, chunk: list[tuple], repeat: int, solver: Solver) -> dict:
+    """{example index in chunk: record} for the chunk's examples that need (repeat, solver)."""
+    from .harness import failed_sample, make_decoder, sample_record
+    from .memory import MemoryMonitor
+
+    needed = [i for i, (_, _, _, wanted) in enumerate(chunk) if any(r == repeat and s is solver for r, s in wanted)]
+    task = chunk[0][0]
+
+    def decode(part: list[int]) -> list[dict]:
+        with MemoryMonitor(lm.device) as mem:
+            gens = BatchDecoder(make_decoder(lm, task, cfg)).generate([chunk[i][2] for i in part], solver)
+        return [sample_record(task, chunk[i][1], chunk[i][2], solver, cfg, repeat, gen, mem.result, len(part))
+                for i, gen in zip(part, gens)]
+
+    try:
+        return dict(zip(needed, batcher.run(decode, needed)))
+    except Exception as exc:  # noqa: BLE001 - as at batch 1: the error is recorded, the sweep goes on
+        _free_memory()
+        return {i: failed_sample(task, chunk[i][1], chunk[i][2], solver, cfg, repeat, exc) for i in needed}
+
+
+def batched_records(lm, todo: list, cfg, report=None):
+    """The records of ``todo`` [(task, example, ids, repeat, solver)], in that order, decoded
+    ``cfg.batch_size`` examples of one task at a time (one batch per repeat and configuration)."""
+    import sys
+
+    batcher = FittingBatcher(cfg.batch_size, report or (lambda line: print(line, file=sys.stderr, flush=True)))
+    for chunk in _example_chunks(todo, cfg.batch_size):
+        done: dict[tuple, dict] = {}
+        for repeat, solver in dict.fromkeys(pair for *_, wanted in chunk for pair in wanted):
+            for i, record in _decode_chunk(lm, cfg, batcher, chunk, repeat, solver).items():
+                done[(i, repeat, solver.label)] = record
+        for i, (_, _, _, wanted) in enumerate(chunk):
+            for repeat, solver in wanted:
+                yield done[(i, repeat, solver.label)]
+
+
+def warm_up_batches(lm, work: list, solvers: list[Solver], cfg) -> None:
+    """One unrecorded batch per configuration, so that batch-shaped first-call costs (allocations,
+    CUDA graph captures) stay out of the timings."""
+    from .harness import make_decoder
+
+    task = work[0][0]
+    prompts = [ids for t, _, ids in work if t is task][: cfg.batch_size]
+    for solver in solvers:
+        try:
+            BatchDecoder(make_decoder(lm, task, cfg)).generate(prompts, solver)
+        except Exception:  # noqa: BLE001 - a batch that fails here fails (and is recorded) in the sweep
+            _free_memory()

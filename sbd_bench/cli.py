@@ -15,7 +15,7 @@ import time
 
 from .types import UsageError
 
-COMMAND_MODULES: list[str] = []  # e.g. "sbd_bench.training"; each adds its own subcommand
+COMMAND_MODULES: list[str] = ["sbd_bench.report", "sbd_bench.compare", "sbd_bench.roofline"]  # e.g. "sbd_bench.training"; each adds its own subcommand
 
 
 def _progress(done: int, total: int, elapsed: float, what: str) -> None:
@@ -48,29 +48,34 @@ def expand_tasks(spec: str) -> list[str]:
 def cmd_run(args) -> int:
     from pathlib import Path
 
-    from .harness import RunConfig, run
+    from . import distributed
+    from .harness import RunConfig, resume, run
     from .model import resolve_model_path
 
-    from . import distributed
-
-    resolve_model_path(args.model)  # the cheapest check first: a typo in --model costs no work
-    if distributed.launched() and not args.out:
-        raise UsageError("under torchrun pass --out DIR: every rank must name the same run folder")
-    out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
-    cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=args.solver, out=out,
-                    block_size=args.block_size, max_new_tokens=args.max_new_tokens, limit=args.limit,
-                    seed=args.seed, plugins=args.plugins, device=args.device, dtype=args.dtype,
-                    attn_implementation=args.attn, command=" ".join(["python -m sbd_bench", *sys.argv[1:]]),
-                    batch_size=args.batch_size, fast=args.fast, device_map=args.device_map)
-    if distributed.launched():
-        run_dir = distributed.run_data_parallel(cfg, progress=_progress)
-        if run_dir is None:  # not rank 0: rank 0 reports for the whole run
-            return 0
+    command = " ".join(["python -m sbd_bench", *sys.argv[1:]])
+    if args.resume:
+        run_dir = resume(Path(args.resume), progress=_progress, command=command)
     else:
-        run_dir = run(cfg, progress=_progress)
+        resolve_model_path(args.model)  # the cheapest check first: a typo in --model costs no work
+        if distributed.launched() and not args.out:
+            raise UsageError("under torchrun pass --out DIR: every rank must name the same run folder")
+        out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+        cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=args.solver, out=out,
+                        block_size=args.block_size, max_new_tokens=args.max_new_tokens, limit=args.limit,
+                        seed=args.seed, plugins=args.plugins, device=args.device, dtype=args.dtype,
+                        attn_implementation=args.attn, command=command, repeats=args.repeats, warmup=args.warmup,
+                        cost_curve=not args.no_cost_curve, report=not args.no_report, threads=args.threads,
+                        batch_size=args.batch_size, fast=args.fast, device_map=args.device_map)
+        if distributed.launched():
+            run_dir = distributed.run_data_parallel(cfg, progress=_progress)
+            if run_dir is None:  # not rank 0: rank 0 reports for the whole run
+                return 0
+        else:
+            run_dir = run(cfg, progress=_progress)
     summary = json.loads((run_dir / "summary.json").read_text())
     _print_table(summary["rows"])
-    print(json.dumps({"run_dir": str(run_dir), "complete": summary["complete"], "rows": len(summary["rows"])}))
+    print(json.dumps({"run_dir": str(run_dir), "complete": summary["complete"], "rows": len(summary["rows"]),
+                      "failures": len(summary.get("failures") or [])}))
     return 0 if summary["complete"] else 1
 
 
@@ -128,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="preallocated KV cache + CUDA graphs (default: on for CUDA, off on CPU)")
     run_p.add_argument("--device-map", default=None, metavar="auto",
                        help="spread a model larger than one GPU over all GPUs (needs accelerate)")
+    run_p.add_argument("--repeats", type=int, default=1, help="timed decodes per example and config; medians reported")
+    run_p.add_argument("--warmup", type=int, default=1, help="unrecorded decodes per config before timing (default 1)")
+    run_p.add_argument("--resume", metavar="RUN_DIR", default=None,
+                       help="finish an interrupted run with its own settings (other flags are ignored)")
+    run_p.add_argument("--threads", type=int, default=None,
+                       help="torch CPU threads (default: torch's); 1 gives steadier timings on a shared machine")
+    run_p.add_argument("--no-cost-curve", action="store_true", help="skip timing the 1, k, 2k-token forwards")
+    run_p.add_argument("--no-report", action="store_true", help="skip writing report.md and the plots")
     run_p.set_defaults(func=cmd_run)
 
     list_p = sub.add_parser("list", help="list solvers (with parameters and defaults) and tasks")

@@ -53,6 +53,8 @@ def cmd_run(args) -> int:
     from .model import resolve_model_path
 
     command = " ".join(["python -m sbd_bench", *sys.argv[1:]])
+    if args.resume and distributed.launched():
+        raise UsageError("--resume runs in one process: resume a data-parallel run without torchrun")
     if args.resume:
         run_dir = resume(Path(args.resume), progress=_progress, command=command)
     else:

@@ -22,9 +22,8 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
+from .records import write_json_atomic
 from .types import UsageError
-
-MERGED_FILES = ("samples.jsonl", "summary.json")
 
 
 class DistributedError(UsageError):
@@ -72,8 +71,7 @@ def run_data_parallel(cfg, progress=None) -> Path | None:
     """Run ``cfg`` as this torchrun rank. Returns the run folder on rank 0 and None on the others."""
     import torch.distributed as dist
 
-    from . import metrics
-    from .harness import read_records, run, write_json_atomic
+    from .harness import read_records, run
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -89,7 +87,9 @@ def run_data_parallel(cfg, progress=None) -> Path | None:
         status = {"rank": rank, "error": None, "usage_error": False}
         records, summary = [], None
         try:
-            run(replace(cfg, out=shard_dir, device=device, shard=(rank, world)), progress if rank == 0 else None)
+            shard_cfg = replace(cfg, out=shard_dir, device=device, shard=(rank, world), report=False,
+                                cost_curve=cfg.cost_curve and rank == 0)  # one report, one cost curve: rank 0's
+            run(shard_cfg, progress if rank == 0 else None)
             records = read_records(shard_dir / "samples.jsonl")
             summary = json.loads((shard_dir / "summary.json").read_text())
         except UsageError as exc:
@@ -102,7 +102,7 @@ def run_data_parallel(cfg, progress=None) -> Path | None:
         dist.gather_object((status, records, summary), gathered, dst=0)
         outcome = [None]
         if rank == 0:
-            outcome[0] = _write_merged(out, gathered, cfg, world, metrics, write_json_atomic)
+            outcome[0] = _write_merged(out, gathered, cfg, world)
             if outcome[0] is not None:  # printed before the others learn of it and exit, which
                 print(f"error: {outcome[0]}", file=sys.stderr, flush=True)  # makes torchrun stop rank 0
         dist.broadcast_object_list(outcome, src=0)
@@ -122,36 +122,41 @@ def _check_enough_examples(cfg, world: int) -> None:
     shard_work(range(count), 0, world)
 
 
-def _write_merged(out: Path, gathered: list, cfg, world: int, metrics, write_json_atomic) -> dict | None:
-    """On rank 0: write samples.jsonl and summary.json for the whole run. Returns None when every
-    rank succeeded, else the message that says which rank failed and why."""
+def _write_merged(out: Path, gathered: list, cfg, world: int) -> str | None:
+    """On rank 0: write samples.jsonl, summary.json (and the report) for the whole run. Returns None
+    when every rank succeeded, else the message that says which rank failed and why."""
+    from .harness import write_summary
+    from .records import RecordWriter
+
     statuses = [status for status, _, _ in gathered]
     failures = [s for s in statuses if s["error"]]
     errors = {s["error"] for s in failures}
     if failures and len(failures) == world and len(errors) == 1 and failures[0]["usage_error"]:
         return failures[0]["error"]  # the same bad input on every rank: no run folder to speak of
     out.mkdir(parents=True, exist_ok=True)
-    records = merge_in_order([recs for _, recs, _ in gathered])
-    with open(out / "samples.jsonl", "w", encoding="utf-8") as handle:
-        for rec in records:
-            handle.write(json.dumps(metrics.json_safe(rec), allow_nan=False) + "\n")
-    base = next((summary for _, _, summary in gathered if summary), None) or {"provenance": {}}
+    (out / "samples.jsonl").unlink(missing_ok=True)
+    writer = RecordWriter(out / "samples.jsonl")
+    for record in merge_in_order([recs for _, recs, _ in gathered]):
+        writer.write(record)
+    writer.close()
+    summaries = [summary for _, _, summary in gathered]
+    base = next((summary for summary in summaries if summary), None) or {"provenance": {}}
     provenance = dict(base.get("provenance", {}))
     provenance["config"] = {**provenance.get("config", {}), "out": str(out), "shard": None}
     provenance["world_size"] = world
-    summaries = [summary for _, _, summary in gathered]
-    complete = not failures and all(s and s.get("complete") for s in summaries)
-    summary = {**base, "complete": complete, "provenance": provenance, "rows": metrics.summarize(records)}
+    summary = {**base, "provenance": provenance}
+    planned = sum(((s or {}).get("samples") or {}).get("planned", 0) for s in summaries)
+    write_summary(out, summary, planned)
     if failures:
         summary["error"] = "; ".join(f"rank {s['rank']}: {s['error']}" for s in failures)
-    write_json_atomic(out / "summary.json", summary)
-    shard0 = out / ".rank0"
-    for extra in (shard0.iterdir() if shard0.is_dir() and not failures else ()):
-        if extra.name not in MERGED_FILES and extra.is_file():  # other files the harness wrote
-            shutil.copy2(extra, out / extra.name)
-    if not failures:
-        return None
-    names = ", ".join(str(s["rank"]) for s in failures)
-    first = failures[0]
-    return (f"rank {names} of {world} failed ({first['error']}); the run is incomplete: "
-            f"{out / 'summary.json'} says complete: false (details under {out}/.rank{first['rank']})")
+        summary["complete"] = False
+        write_json_atomic(out / "summary.json", summary)
+        names = ", ".join(str(s["rank"]) for s in failures)
+        first = failures[0]
+        return (f"rank {names} of {world} failed ({first['error']}); the run is incomplete: "
+                f"{out / 'summary.json'} says complete: false (details under {out}/.rank{first['rank']})")
+    if cfg.report:
+        from .report import write_report
+
+        write_report(out)
+    return None

@@ -66,7 +66,8 @@ def test_rows_stop_at_different_times(lm):
 
 
 # ------------------------------------------------------------------------------ through the harness
-TIMING = ("wall_time_s", "prefill_time_s", "decode_time_s", "peak_memory_bytes", "peak_memory_source", "batch_size")
+TIMING = ("wall_time_s", "prefill_time_s", "decode_time_s", "peak_memory_bytes", "peak_memory_source", "memory",
+          "batch_size")
 
 
 def _task_file(path):

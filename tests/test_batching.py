@@ -140,3 +140,30 @@ def test_device_map_auto_loads_and_decodes_like_one_device(model_dir, tmp_path):
     assert mapped == one
     summary = json.loads((tmp_path / "mapped" / "summary.json").read_text())
     assert summary["provenance"]["model_info"]["device_map"] == {"": "cpu"}
+
+
+def test_throughput_sweep_reports_what_does_not_fit_and_goes_on(lm, monkeypatch, capsys):
+    from sbd_bench import batching
+    from sbd_bench.harness import RunConfig
+    from sbd_bench.throughput import sweep
+    from sbd_bench.types import Task
+
+    original = batching.BatchDecoder.generate
+
+    def small_memory(self, prompts, solver):  # at most 2 sequences fit
+        if len(prompts) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return original(self, prompts, solver)
+
+    monkeypatch.setattr(batching.BatchDecoder, "generate", small_memory)
+    prompts = [lm.tokenizer(p)["input_ids"] for p in PROMPTS[:4]]
+    solvers = parse_solver_spec("ntp+fixed_k", solver_registry())
+    rows = sweep(lm, Task(), prompts, solvers, [1, 2, 3, 4], RunConfig(block_size=4, max_new_tokens=8),
+                 report=lambda line: print(line))
+    by = {(r["config"], r["batch_size"]): r for r in rows}
+    for config in ("ntp", "fixed_k:k=2"):
+        assert by[(config, 2)]["outputs_match_batch_1"] is True and by[(config, 2)]["tokens_per_s"] > 0
+        assert by[(config, 3)]["error"] == "out of memory" and by[(config, 3)]["largest_batch_size_that_fit"] == 2
+        assert by[(config, 4)]["error"].startswith("skipped")
+    assert by[("fixed_k:k=2", 1)]["speed_vs_ntp"] is not None
+    assert "batch size 3 does not fit in memory; the largest size that fit was 2" in capsys.readouterr().out

@@ -82,10 +82,14 @@ class StaticKVCache:
         layer = self.hf.layers[0]
         return int(layer.cumulative_length) if layer.is_initialized else 0
 
+    # inference_mode: the position tensors may have been made inside it (Decoder.forward is), and
+    # only there may they be changed in place
+    @torch.inference_mode()
     def rollback(self, n: int) -> None:
         if n > 0:
             self.hf.crop(-n)  # moves every layer's write position back; the buffers stay
 
+    @torch.inference_mode()
     def reset(self) -> None:
         for layer in self.hf.layers:  # only the position: the stale values are masked anyway
             layer.cumulative_length.zero_()

@@ -55,17 +55,22 @@ class FastPath:
         """Logits (B, Q, V), a fresh tensor. ``mask`` is already as wide as the cache."""
         if not self.use_graphs or not isinstance(cache, StaticKVCache) or not _initialized(cache):
             return self._eager(ids, positions, mask, cache)
-        key = (ids.shape[0], ids.shape[1], cache.capacity, id(cache.hf))
+        # batch first in the key: a reallocated cache drops the graphs of its batch size
+        key = (ids.shape[0], tuple(ids.shape), tuple(positions.shape), tuple(mask.shape), mask.dtype, id(cache.hf))
         graph = self._graphs.get(key)
-        if graph is None:
-            try:
-                graph = self._graphs[key] = _Graph(self, ids, positions, mask, cache)
-            except Exception as exc:  # noqa: BLE001 - any capture failure means: run eagerly from now on
-                self.use_graphs = False
-                self.status = f"static cache, eager (CUDA graph capture failed: {type(exc).__name__}: {exc})"
-                torch.cuda.synchronize()
-                return self._eager(ids, positions, mask, cache)
-        return graph.replay(ids, positions, mask)
+        with torch.cuda.device(ids.device):  # streams and captures on the model's GPU, not cuda:0
+            if graph is None:
+                before = cache.length
+                try:
+                    graph = self._graphs[key] = _Graph(self, ids, positions, mask, cache)
+                except Exception as exc:  # noqa: BLE001 - any capture failure means: run eagerly from now on
+                    self.use_graphs = False
+                    self.status = f"static cache, eager (CUDA graph capture failed: {type(exc).__name__}: {exc})"
+                    self._graphs.clear()
+                    torch.cuda.synchronize()
+                    cache.rollback(cache.length - before)  # a warm-up cut short may have written
+                    return self._eager(ids, positions, mask, cache)
+            return graph.replay(ids, positions, mask)
 
     def _eager(self, ids, positions, mask, cache) -> torch.Tensor:
         return self.lm.model(input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache.hf,

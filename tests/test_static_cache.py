@@ -81,3 +81,36 @@ def test_fast_decoder_decodes_like_the_reference(lm):
             got = fast.generate(prompt, solver)
             assert (got.output_ids, got.nfe, got.revealed_per_forward) == (ref.output_ids, ref.nfe,
                                                                           ref.revealed_per_forward)
+
+
+def test_fast_path_reuses_one_cache_per_batch_size(lm):
+    from sbd_bench.fastpath import CAPACITY_STEP, FastPath
+
+    path = FastPath.for_model(lm)
+    assert FastPath.for_model(lm) is path  # one per model: caches outlive each Decoder
+    first = path.cache(2, 10)
+    assert first.capacity == CAPACITY_STEP and path.cache(2, 100) is first and first.length == 0
+    bigger = path.cache(2, CAPACITY_STEP + 1)
+    assert bigger is not first and bigger.capacity == 2 * CAPACITY_STEP
+    assert path.cache(3, 10) is not bigger
+
+
+def test_gpu_check_script_runs_tiny_on_cpu(tmp_path):
+    """The H200 script cannot run here; --tiny runs the same code on a tiny CPU model."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "check.json"
+    done = subprocess.run([sys.executable, str(root / "scripts" / "gpu_check.py"), "--tiny", "--tokens", "6",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    for section in ("model", "bandwidth", "ntp_batch_1", "block_forward_batch_1", "batch_sweep", "targets"):
+        assert section in result
+    assert result["ntp_batch_1"]["leading_tokens_equal"]["fast_vs_eager"] == 6  # float32: the same tokens
+    assert [row["batch"] for row in result["batch_sweep"]] == [1, 2, 4]

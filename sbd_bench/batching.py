@@ -143,32 +143,36 @@ class BatchDecoder:
         d, lm, k, device = self.d, self.d.lm, self.d.block_size, ids.device
         batch = ids.shape[0]
         pending = ids[:, -1:]  # (B, n): the last prompt token, then each finished block
-        start = torch.tensor([r.prompt_len for r in rows], device=device)  # (B,) positions
-        slot = torch.arange(k, device=device)
+        starts = [r.prompt_len for r in rows]  # positions, kept on the host
+        slot = torch.arange(k)
         while not all(r.finished for r in rows):
-            for b, r in enumerate(rows):
-                r.size = k if lm.max_positions is None else max(1, min(k, lm.max_positions - int(start[b])))
+            for r, start in zip(rows, starts):
+                r.size = k if lm.max_positions is None else max(1, min(k, lm.max_positions - start))
                 r.steps, r.reveal_step = 0, torch.full((r.size,), -1, dtype=torch.long)
-            sizes = torch.tensor([r.size for r in rows], device=device)
-            absent = slot[None] >= sizes[:, None]  # (B, k): slots past a row's context
+            absent = slot[None] >= torch.tensor([[r.size] for r in rows])  # (B, k): slots past a row's context
+            # the host copy of ``masked`` drives the bookkeeping: no device sync per row
+            masked_host = ~absent & torch.tensor([[not r.finished] for r in rows])
+            absent, masked = absent.to(device), masked_host.to(device)
             block = torch.full((batch, k), lm.mask_token_id, dtype=torch.long, device=device)
-            masked = ~absent & torch.tensor([not r.finished for r in rows], device=device)[:, None]
+            start = self._clamp(torch.tensor(starts, device=device))
             step = 0
-            while masked.any():
-                working = [b for b in range(batch) if bool(masked[b].any())]
+            while masked_host.any():
+                working = masked_host.any(-1).nonzero()[:, 0].tolist()
                 if step == 0:  # the finished block (or last prompt token) is committed in this forward
                     key_pad = self._key_pad(torch.cat([torch.zeros_like(pending, dtype=torch.bool), absent], 1))
-                    logits = d.block_step(pending, block, self._clamp(start), cache, key_pad)
+                    logits = d.block_step(pending, block, start, cache, key_pad)
                     self.committed += pending.shape[1]
                 else:
-                    logits = d.block_step(block[:, :0], block, self._clamp(start), cache, self._key_pad(absent))
+                    logits = d.block_step(block[:, :0], block, start, cache, self._key_pad(absent))
                 chosen, tokens = self._select(solver, logits, masked, rows, working, step)
                 block = torch.where(chosen, tokens, block)
-                masked &= ~chosen
+                chosen_host, block_host = chosen.cpu(), block.cpu()
+                masked_host &= ~chosen_host
                 for b in working:
-                    self._after_forward(rows[b], b, chosen, block, masked, step)
+                    self._after_forward(rows[b], b, chosen_host, block_host, masked_host, step)
+                masked = masked_host.to(device)
                 step += 1
-            pending, start = block, start + k  # a row whose block was cut short has stopped
+            pending, starts = block, [s + k for s in starts]  # a row whose block was cut short has stopped
 
     def _select(self, solver: Solver, logits, masked, rows: list[_Row], working: list[int], step: int):
         """One solver decision for every working row: (chosen (B, k) bool, tokens (B, k))."""
@@ -192,9 +196,10 @@ class BatchDecoder:
         return chosen, tokens
 
     def _after_forward(self, r: _Row, b: int, chosen, block, masked, step: int) -> None:
-        """The batch-1 loop's bookkeeping for one row after one forward (Decoder._decode_blocks)."""
+        """The batch-1 loop's bookkeeping for one row after one forward (Decoder._decode_blocks), on the
+        host copies of ``chosen``, ``block`` and ``masked`` (B, k)."""
         d = self.d
-        r.reveal_step[chosen[b, : r.size].cpu()] = step
+        r.reveal_step[chosen[b, : r.size]] = step
         r.nfe += 1
         r.steps += 1
         row_masked = masked[b, : r.size]

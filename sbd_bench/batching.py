@@ -233,9 +233,10 @@ class FittingBatcher:
     halves the size, says so once per size on ``report``, and goes on with the largest size that
     fit. Results do not depend on the size (batching equals batch 1), only the timing does."""
 
-    def __init__(self, size: int, report=None):
+    def __init__(self, size: int, report=None, free=None):
         self.requested = self.size = size
         self.report = report or (lambda line: None)
+        self.free = free or free_memory  # called after an out-of-memory, before the retry
 
     def run(self, decode, items: list) -> list:
         """``decode(items[i:j]) -> list`` over all items, in order."""
@@ -247,7 +248,7 @@ class FittingBatcher:
             except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
                 if not is_out_of_memory(exc):
                     raise
-                _free_memory()
+                self.free()
                 if len(part) == 1:
                     raise BatchSizeError("one sequence alone does not fit in memory: use a smaller model, "
                                          "--dtype bfloat16, --device-map auto, or a smaller --max-new-tokens") from None
@@ -259,9 +260,15 @@ class FittingBatcher:
         return out
 
 
-def _free_memory() -> None:
+def free_memory(lm=None) -> None:
+    """Give memory back after an out-of-memory: the fast path's preallocated caches and graphs of
+    ``lm`` (the next batch allocates its own), then the allocator's cached blocks."""
     import gc
 
+    if lm is not None:
+        from .fastpath import FastPath
+
+        FastPath.release(lm)
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -303,7 +310,7 @@ def _decode_chunk(lm, cfg, batcher: FittingBatcher, chunk: list[tuple], repeat: 
     try:
         return dict(zip(needed, batcher.run(decode, needed)))
     except Exception as exc:  # noqa: BLE001 - as at batch 1: the error is recorded, the sweep goes on
-        _free_memory()
+        free_memory(lm)
         return {i: failed_sample(task, chunk[i][1], chunk[i][2], solver, cfg, repeat, exc) for i in needed}
 
 
@@ -312,7 +319,8 @@ def batched_records(lm, todo: list, cfg, report=None):
     ``cfg.batch_size`` examples of one task at a time (one batch per repeat and configuration)."""
     import sys
 
-    batcher = FittingBatcher(cfg.batch_size, report or (lambda line: print(line, file=sys.stderr, flush=True)))
+    batcher = FittingBatcher(cfg.batch_size, report or (lambda line: print(line, file=sys.stderr, flush=True)),
+                             free=lambda: free_memory(lm))
     for chunk in _example_chunks(todo, cfg.batch_size):
         done: dict[tuple, dict] = {}
         for repeat, solver in dict.fromkeys(pair for *_, wanted in chunk for pair in wanted):
@@ -334,4 +342,4 @@ def warm_up_batches(lm, work: list, solvers: list[Solver], cfg) -> None:
         try:
             BatchDecoder(make_decoder(lm, task, cfg)).generate(prompts, solver)
         except Exception:  # noqa: BLE001 - a batch that fails here fails (and is recorded) in the sweep
-            _free_memory()
+            free_memory(lm)

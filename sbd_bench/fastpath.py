@@ -41,6 +41,15 @@ class FastPath:
             path = _BY_MODEL[lm.model] = cls(lm)
         return path
 
+    @classmethod
+    def release(cls, lm) -> None:
+        """Drop ``lm``'s caches and graphs (after an out-of-memory); the next use rebuilds them."""
+        path = _BY_MODEL.get(lm.model)
+        if path is not None:
+            path._caches.clear()
+            path._graphs.clear()
+            path._pool = None
+
     def cache(self, batch: int, positions: int) -> StaticKVCache:
         """The reset cache for ``batch`` rows, reallocated (and its graphs dropped) only when too small."""
         cache = self._caches.get(batch)

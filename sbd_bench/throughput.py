@@ -57,7 +57,7 @@ def measure(lm, task, prompts: list[list[int]], solver, cfg, batch_size: int) ->
 
 
 def sweep(lm, task, prompts, solvers, sizes: list[int], cfg, report=lambda line: None) -> list[dict]:
-    from .batching import _free_memory, is_out_of_memory
+    from .batching import free_memory, is_out_of_memory
 
     rows, ntp_speed = [], {}
     for solver in solvers:
@@ -73,7 +73,7 @@ def sweep(lm, task, prompts, solvers, sizes: list[int], cfg, report=lambda line:
             except Exception as exc:  # noqa: BLE001 - only out-of-memory is a result; the rest re-raised
                 if not is_out_of_memory(exc):
                     raise
-                _free_memory()
+                free_memory(lm)
                 report(f"warning: {solver.label}: batch size {size} does not fit in memory; "
                        f"the largest size that fit was {largest_fit or 'none'}; going on with the other configurations")
                 rows.append({**row, "error": "out of memory", "largest_batch_size_that_fit": largest_fit})

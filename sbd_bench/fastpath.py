@@ -27,8 +27,12 @@ CAPACITY_STEP = 256  # capacities are rounded up so that nearby prompt lengths s
 class FastPath:
     def __init__(self, lm):
         self.lm = lm
-        self.use_graphs = lm.device.type == "cuda"
-        self.status = "cuda graphs" if self.use_graphs else "static cache, eager (graphs need CUDA)"
+        self.static = _plain_static_layers(lm.model.config)
+        self.use_graphs = lm.device.type == "cuda" and self.static
+        if not self.static:  # sliding-window layers keep a window, not every position: masks differ
+            self.status = "reference cache, eager (the model has non-plain attention layers)"
+        else:
+            self.status = "cuda graphs" if self.use_graphs else "static cache, eager (graphs need CUDA)"
         self._caches: dict[int, StaticKVCache] = {}  # batch size -> cache
         self._graphs: dict[tuple, _Graph] = {}
         self._pool = None
@@ -52,6 +56,10 @@ class FastPath:
 
     def cache(self, batch: int, positions: int) -> StaticKVCache:
         """The reset cache for ``batch`` rows, reallocated (and its graphs dropped) only when too small."""
+        if not self.static:
+            from .cache import KVCache
+
+            return KVCache(self.lm.model.config)
         cache = self._caches.get(batch)
         if cache is None or cache.capacity < positions:
             capacity = -(-positions // CAPACITY_STEP) * CAPACITY_STEP
@@ -84,6 +92,19 @@ class FastPath:
     def _eager(self, ids, positions, mask, cache) -> torch.Tensor:
         return self.lm.model(input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache.hf,
                              use_cache=True).logits
+
+
+def _plain_static_layers(config) -> bool:
+    """True when transformers' StaticCache gives this model plain full-attention layers, each
+    returning every cached position (what ``StaticKVCache.fit_mask`` assumes)."""
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
+    try:
+        layers = StaticCache(config=config, max_cache_len=1).layers
+    except Exception:  # noqa: BLE001 - a config StaticCache cannot describe: use the reference cache
+        return False
+    return all(type(layer) is StaticLayer for layer in layers)
 
 
 def _initialized(cache: StaticKVCache) -> bool:

@@ -116,3 +116,12 @@ def test_gpu_check_script_runs_tiny_on_cpu(tmp_path):
         assert section in result
     assert result["ntp_batch_1"]["leading_tokens_equal"]["fast_vs_eager"] == 6  # float32: the same tokens
     assert [row["batch"] for row in result["batch_sweep"]] == [1, 2, 4]
+
+
+def test_sliding_window_models_keep_the_reference_cache():
+    from transformers import LlamaConfig, MistralConfig
+
+    from sbd_bench.fastpath import _plain_static_layers
+
+    assert _plain_static_layers(LlamaConfig(num_hidden_layers=2))
+    assert not _plain_static_layers(MistralConfig(num_hidden_layers=2, sliding_window=64))  # windowed layers

@@ -14,6 +14,7 @@ rank exits non-zero.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
@@ -24,6 +25,8 @@ from pathlib import Path
 
 from .records import write_json_atomic
 from .types import UsageError
+
+GATHER_TIMEOUT_HOURS = 72  # how long rank 0 waits for the slowest rank's records
 
 
 class DistributedError(UsageError):
@@ -80,7 +83,10 @@ def run_data_parallel(cfg, progress=None) -> Path | None:
                                "its own GPU; for a model larger than one GPU run one process with --device-map auto")
     _check_enough_examples(cfg, world)  # every rank stops here alike, before any rendezvous
     device = _rank_device(cfg, local_rank)
-    dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    # ranks talk only at the end, and one may finish hours before the last: the default collective
+    # timeout (10 min for NCCL) would kill a long, unevenly split run at the final gather
+    dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo",
+                            timeout=datetime.timedelta(hours=GATHER_TIMEOUT_HOURS))
     out = Path(cfg.out)
     try:
         shard_dir = out / f".rank{rank}"

@@ -83,7 +83,7 @@ def _run(model_dir, task, out, **overrides):
     from sbd_bench.harness import RunConfig, read_records, run
 
     cfg = RunConfig(model=str(model_dir), tasks=[str(task)], solvers="all", out=out, block_size=4,
-                    max_new_tokens=10, device="cpu", dtype="float32", **overrides)
+                    max_new_tokens=10, device="cpu", dtype="float32", cost_curve=False, report=False, **overrides)
     run(cfg)
     return [{k: v for k, v in r.items() if k not in TIMING} for r in read_records(out / "samples.jsonl")], cfg
 
@@ -95,10 +95,10 @@ def model_dir(tmp_path_factory):
 
 def test_run_batch_size_gives_the_batch_one_records(model_dir, tmp_path):
     task = _task_file(tmp_path / "mini.jsonl")
-    one, _ = _run(model_dir, task, tmp_path / "b1")
-    three, _ = _run(model_dir, task, tmp_path / "b3", batch_size=3)
-    assert len(one) == 5 * len(parse_solver_spec("all", solver_registry()))
-    assert three == one
+    one, _ = _run(model_dir, task, tmp_path / "b1", repeats=2)
+    three, _ = _run(model_dir, task, tmp_path / "b3", batch_size=3, repeats=2)
+    assert len(one) == 2 * 5 * len(parse_solver_spec("all", solver_registry()))
+    assert three == one  # same records, in the same order
 
 
 def test_out_of_memory_halves_the_batch_and_goes_on(model_dir, tmp_path, monkeypatch, capsys):

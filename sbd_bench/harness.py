@@ -82,6 +82,9 @@ class RunConfig:
             raise UsageError(f"--warmup must be >= 0 (got {self.warmup})")
         if self.batch_size < 1:
             raise UsageError(f"--batch-size must be >= 1 (got {self.batch_size})")
+        if self.fast and self.device_map is not None:
+            raise UsageError("--fast cannot be combined with --device-map: CUDA graphs do not span devices; "
+                             "drop --fast (a device-mapped model runs eagerly)")
 
     def to_json(self) -> dict:
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}

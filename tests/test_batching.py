@@ -167,3 +167,16 @@ def test_throughput_sweep_reports_what_does_not_fit_and_goes_on(lm, monkeypatch,
         assert by[(config, 4)]["error"].startswith("skipped")
     assert by[("fixed_k:k=2", 1)]["speed_vs_ntp"] is not None
     assert "batch size 3 does not fit in memory; the largest size that fit was 2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch-size", "0"], "--batch-size must be >= 1"),
+    (["--fast", "--device-map", "auto"], "--fast cannot be combined with --device-map"),
+])
+def test_bad_scale_flags_are_one_line_errors(model_dir, tmp_path, capsys, args, message):
+    from sbd_bench.cli import main
+
+    code = main(["run", "--model", str(model_dir), "--task", str(_task_file(tmp_path / "t.jsonl")),
+                 "--out", str(tmp_path / "run"), *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0]

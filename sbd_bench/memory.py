@@ -38,15 +38,21 @@ def process_max_rss_bytes() -> int:
 
 
 class Nvml:
-    """A handle on one GPU through NVML, or the reason there is none (``error``)."""
+    """A handle on one GPU through NVML, or the reason there is none (``error``). ``uuid`` (from torch)
+    finds the right GPU when CUDA_VISIBLE_DEVICES renumbers them; the index is the fallback."""
 
-    def __init__(self, index: int = 0):
+    def __init__(self, index: int = 0, uuid: str | None = None):
         self.handle, self.error = None, None
         try:
             import pynvml
 
             pynvml.nvmlInit()
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            try:
+                self.handle = pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else None
+            except pynvml.NVMLError:
+                self.handle = None
+            if self.handle is None:
+                self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         except ImportError:
             self.error = "unavailable: nvidia-ml-py is not installed"
         except Exception as exc:  # pynvml.NVMLError and its many subclasses: no driver, no GPU
@@ -88,10 +94,20 @@ _NVML: dict[int, Nvml] = {}
 
 
 def nvml_for(index: int) -> Nvml:
-    """One NVML handle per GPU index per process (nvmlInit is not free)."""
+    """One NVML handle per CUDA device index per process (nvmlInit is not free)."""
     if index not in _NVML:
-        _NVML[index] = Nvml(index)
+        _NVML[index] = Nvml(index, _cuda_uuid(index))
     return _NVML[index]
+
+
+def _cuda_uuid(index: int) -> str | None:
+    try:
+        import torch
+
+        uuid = str(torch.cuda.get_device_properties(index).uuid)
+        return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+    except Exception:  # no CUDA, or a torch without the property: fall back to the index
+        return None
 
 
 class MemoryMonitor:

@@ -4,6 +4,7 @@ a fraction of the model call itself.
 
     python benchmarks/overhead.py --model sbd-tiny --block-size 16
     python benchmarks/overhead.py --random-tiny      # random weights, sbd-tiny's dimensions
+    python benchmarks/overhead.py --random-dims llama-3.1-8b --device cuda --dtype bfloat16   # on a GPU
 
 The model is wrapped so that every call is timed (device synchronised around it); the decode time of
 ``Decoder.generate`` minus the time inside model calls, per forward, is the overhead.
@@ -65,6 +66,30 @@ def random_tiny(path: Path) -> Path:
     return path
 
 
+def random_lm(dims, device: str = "auto", dtype: str = "auto", max_positions: int = 4096):
+    """A random-weight Llama with the given ``roofline.ModelDims`` built directly on the device (an 8B
+    model never passes through CPU memory), with the char tokenizer; ids it cannot spell decode to
+    nothing, which is fine for timing."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from sbd_bench.model import DTYPES, LoadedModel, pick_device
+    from sbd_bench.tokenizer import char_tokenizer
+
+    dev = pick_device(device)
+    torch_dtype = DTYPES.get(dtype) or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
+    config = LlamaConfig(vocab_size=dims.vocab, hidden_size=dims.hidden, intermediate_size=dims.intermediate,
+                         num_hidden_layers=dims.layers, num_attention_heads=dims.heads,
+                         num_key_value_heads=dims.kv_heads, head_dim=dims.head_dim,
+                         max_position_embeddings=max_positions, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    with dev:
+        model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype).eval()
+    return LoadedModel(model=model, tokenizer=char_tokenizer(), mask_token_id=dims.vocab - 1, stop_token_ids=(),
+                       path=f"random {dims}", device=dev, dtype=torch_dtype, attn_implementation="sdpa",
+                       max_positions=max_positions, info={"num_parameters": sum(p.numel() for p in model.parameters())})
+
+
 def measure_overhead(lm, solver, prompt_ids: list[int], block_size: int, max_new_tokens: int, repeats: int = 5) -> dict:
     """Medians over ``repeats`` decodes (after one warm-up) of the per-forward model time and overhead."""
     from sbd_bench.decoding import Decoder
@@ -89,6 +114,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="sbd-tiny")
     parser.add_argument("--random-tiny", action="store_true", help="random weights with sbd-tiny's dimensions")
+    parser.add_argument("--random-dims", default=None, help="random weights with a roofline preset's dimensions "
+                                                               "(llama-3.1-8b, qwen3-8b)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     parser.add_argument("--solver", default="ntp+entropy_bounded:gamma=0.35+fixed_k:k=4+confidence")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -100,13 +129,20 @@ def main(argv=None) -> int:
 
     from sbd_bench.model import load_model
     from sbd_bench.registry import parse_solver_spec, solver_registry
+    from sbd_bench.roofline import PRESETS
 
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        lm = load_model(random_tiny(Path(tmp) / "m") if args.random_tiny else args.model)
+        if args.random_dims:
+            if args.random_dims not in PRESETS:
+                parser.error(f"--random-dims must be one of {', '.join(PRESETS)}")
+            lm = random_lm(PRESETS[args.random_dims], args.device, args.dtype)
+        else:
+            model = random_tiny(Path(tmp) / "m") if args.random_tiny else args.model
+            lm = load_model(model, device=args.device, dtype=args.dtype)
         prompt = lm.tokenizer("12+34=", add_special_tokens=True)["input_ids"]
         lm.stop_token_ids = ()  # decode the whole budget: every configuration does the same work
-        print(f"model {'random ' if args.random_tiny else ''}{lm.path} ({lm.info['num_parameters'] / 1e6:.2f}M params), "
+        print(f"model {'random ' if args.random_tiny else ''}{lm.path} {lm.dtype} ({lm.info['num_parameters'] / 1e6:.2f}M params), "
               f"{lm.device}, {torch.get_num_threads()} threads, k={args.block_size}, {args.max_new_tokens} new tokens")
         print("| config | nfe | model ms/forward | overhead ms/forward | overhead / model call |")
         print("|---|---|---|---|---|")

@@ -6,7 +6,7 @@ as a fraction of one model call is stored in the benchmark's ``extra_info``.
 """
 import pytest
 
-from overhead import TimedModel, measure_overhead, random_tiny  # benchmarks/overhead.py
+from overhead import TimedModel, measure_overhead, random_lm, random_tiny  # benchmarks/overhead.py
 
 
 @pytest.fixture(scope="module")
@@ -35,3 +35,14 @@ def test_core_overhead_per_forward(benchmark, lm, spec):
 def test_timed_model_passes_attributes_through(lm):
     timed = TimedModel(lm.model, lm.device)
     assert timed.config is lm.model.config and timed.times == []
+
+
+def test_random_model_of_given_dimensions():
+    """The path used for Llama-3.1-8B dimensions on a GPU, here with a 128k vocabulary and small layers."""
+    from sbd_bench.registry import parse_solver_spec, solver_registry
+    from sbd_bench.roofline import ModelDims
+
+    lm = random_lm(ModelDims(64, 2, 4, 2, 16, 128, 128256), device="cpu")
+    solver = parse_solver_spec("entropy_bounded", solver_registry())[-1]
+    figures = measure_overhead(lm, solver, [1, 5, 9], block_size=16, max_new_tokens=20, repeats=1)
+    assert figures["nfe"] >= 20 and figures["model_ms_per_forward"] > 0  # a last block may take extra forwards

@@ -15,6 +15,7 @@ Only ``measure_cost_curve`` imports torch (inside the function): ``report`` impo
 """
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections import defaultdict
@@ -223,6 +224,9 @@ def cmd_roofline(args) -> int:
         if args.dims not in PRESETS:
             raise UsageError(f"--dims {args.dims!r} needs a RUN_DIR; without one use a preset: {', '.join(PRESETS)}")
         print("\n".join(_curve_table(PRESETS[args.dims], args.block_size, args.context, args.batch)))
+        dims = PRESETS[args.dims]
+        print(json.dumps({hw.name: {str(q): forward_time(dims, hw, q, args.context, args.batch)
+                                    for q in (1, args.block_size, 2 * args.block_size)} for hw in HARDWARE.values()}))
         return 0
     unknown = [h for h in args.hardware.split(",") if h not in HARDWARE]
     if unknown:
@@ -246,6 +250,7 @@ def cmd_roofline(args) -> int:
     if curve:
         print("measured forward times (ms): " + ", ".join(
             f"q={q}: {t * 1e3:.3f}" for q, t in zip(curve["query_tokens"], curve["time_s"])), file=sys.stderr)
+    print(json.dumps({"rows": len(rows), "predictions": names}))
     return 0
 
 

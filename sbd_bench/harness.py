@@ -15,12 +15,12 @@ example is recorded with its error and the sweep goes on; SIGTERM is handled lik
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import signal
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -200,7 +200,7 @@ def _sigterm_as_interrupt():
     def handler(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
-    if threading_is_main():
+    if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
         previous = signal.signal(signal.SIGTERM, handler)
         try:
             yield
@@ -208,12 +208,6 @@ def _sigterm_as_interrupt():
             signal.signal(signal.SIGTERM, previous)
     else:
         yield
-
-
-def threading_is_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 def plan_work(cfg: RunConfig, tasks: list[Task], lm: LoadedModel) -> list[tuple[Task, Example, list[int]]]:

@@ -2,7 +2,6 @@
 what is missing, and the records then equal those of an uninterrupted run (timings aside); a
 configuration that fails is recorded with its error and the sweep goes on."""
 import json
-import os
 import signal
 import subprocess
 import sys

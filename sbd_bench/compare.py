@@ -63,6 +63,8 @@ def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[lis
     base_rows = {(r["config"], r["task"]): r for r in summarize(r for r in base_records if example_key(r) in shared)}
     run_rows = {(r["config"], r["task"]): r for r in summarize(r for r in run_records if example_key(r) in shared)}
     notes = _setting_notes(base_summary, run_summary)
+    notes += [f"{d} is incomplete: only its finished samples are compared" for d, summary in
+              ((baseline_dir, base_summary), (run_dir, run_summary)) if not summary.get("complete")]
     body, regressions = [], []
     for key, row in run_rows.items():
         base = base_rows.get(key)

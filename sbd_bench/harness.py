@@ -78,7 +78,13 @@ class RunConfig:
             raise UsageError(f"--warmup must be >= 0 (got {self.warmup})")
 
     def to_json(self) -> dict:
-        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+        """The settings as recorded in provenance; paths made absolute so `--resume` works from anywhere."""
+        data = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+        data["plugins"] = [str(Path(p).resolve()) for p in self.plugins]
+        data["tasks"] = [str(Path(t).resolve()) if Path(t).is_file() else t for t in self.tasks]
+        if Path(self.model).is_dir():
+            data["model"] = str(Path(self.model).resolve())
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> "RunConfig":

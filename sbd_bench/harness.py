@@ -15,6 +15,8 @@ example is recorded with its error and the sweep goes on; SIGTERM is handled lik
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import platform
 import signal
@@ -186,7 +188,14 @@ def failed_sample(task: Task, example: Example, prompt_ids: list[int], solver: S
 
 def _identity(task, example, prompt_ids, solver, cfg, repeat) -> dict:
     return {"task": task.name, "id": example.id, "solver": solver.name, "params": solver.params,
-            "config": solver.label, "block_size": cfg.block_size, "repeat": repeat, "prompt_tokens": len(prompt_ids)}
+            "config": solver.label, "block_size": cfg.block_size, "repeat": repeat, "prompt_tokens": len(prompt_ids),
+            "prompt_hash": prompt_hash(prompt_ids)}
+
+
+def prompt_hash(prompt_ids: list[int]) -> str:
+    """Identifies the exact prompt, so that `compare` notices a task whose example ids stayed but whose
+    prompts changed (then nothing it compares would mean anything)."""
+    return hashlib.sha256(json.dumps(prompt_ids).encode()).hexdigest()[:12]
 
 
 def measure_sample(lm, task, example, ids, solver, cfg, repeat) -> dict:

@@ -134,7 +134,8 @@ def _savefig(fig, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def plot_accuracy_vs_speed(rows: list[dict], path: Path) -> None:
+def plot_accuracy_vs_speed(rows: list[dict], path: Path):
+    """Write the plot; returns its (closed) figure so tests can read the axes."""
     import matplotlib.pyplot as plt
 
     tasks = list(dict.fromkeys(r["task"] for r in rows))
@@ -171,9 +172,10 @@ def plot_accuracy_vs_speed(rows: list[dict], path: Path) -> None:
     fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=7, frameon=False)
     _savefig(fig, path)
     plt.close(fig)
+    return fig
 
 
-def plot_distribution(records: list[dict], field: str, value_label: str, unit: str, path: Path) -> None:
+def plot_distribution(records: list[dict], field: str, value_label: str, unit: str, path: Path):
     """One 100% stacked bar per configuration: the share of each value of a per-sample list field
     (pooled over tasks), coloured by the value; the mean is printed at the bar's end."""
     import matplotlib.pyplot as plt
@@ -201,6 +203,7 @@ def plot_distribution(records: list[dict], field: str, value_label: str, unit: s
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=value_label, pad=0.12)
     _savefig(fig, path)
     plt.close(fig)
+    return fig
 
 
 # ------------------------------------------------------------------------------------------ report

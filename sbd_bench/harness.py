@@ -263,6 +263,16 @@ def cost_curve_context(work, cfg: RunConfig) -> int:
     return int(sum(len(ids) for _, _, ids in work) / len(work) + budget // 2)
 
 
+def _measure_cost_curve(lm, work, cfg: RunConfig, summary: dict) -> None:
+    """The per-forward cost curve for the cost model; a failure here is recorded, never fatal."""
+    from .roofline import measure_cost_curve
+
+    try:
+        summary["cost_curve"] = measure_cost_curve(lm, cfg.block_size, cost_curve_context(work, cfg))
+    except Exception as exc:
+        summary["cost_curve"], summary["cost_curve_error"] = None, f"{type(exc).__name__}: {exc}"
+
+
 def _open_run_folder(cfg: RunConfig, resume: bool) -> tuple[Path, dict | None]:
     out = Path(cfg.out)
     if resume:
@@ -299,13 +309,12 @@ def run(cfg: RunConfig, progress=None, resume: bool = False) -> Path:
     planned = plan_samples(work, solvers, cfg.repeats)
     done = {metrics.sample_key(r) for r in read_records(out / SAMPLES)}
     todo = [s for s in planned if _key(s[0], s[1], s[3], s[4]) not in done]
-    if todo:
-        warm_up(lm, work, solvers, cfg)
-    if cfg.cost_curve and not summary.get("cost_curve"):
-        from .roofline import measure_cost_curve
-
-        summary["cost_curve"] = measure_cost_curve(lm, cfg.block_size, cost_curve_context(work, cfg))
-    _sweep(lm, todo, cfg, out, summary, len(planned), len(planned) - len(todo), progress)
+    with _sigterm_as_interrupt():
+        if todo:
+            warm_up(lm, work, solvers, cfg)
+        if cfg.cost_curve and not summary.get("cost_curve"):
+            _measure_cost_curve(lm, work, cfg, summary)
+        _sweep(lm, todo, cfg, out, summary, len(planned), len(planned) - len(todo), progress)
     if cfg.report:
         from .report import write_report
 
@@ -317,14 +326,13 @@ def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progr
     writer = RecordWriter(out / SAMPLES)
     started = time.perf_counter()
     try:
-        with _sigterm_as_interrupt():
-            for task, example, ids, repeat, solver in todo:
-                record = measure_sample(lm, task, example, ids, solver, cfg, repeat)
-                writer.write(record)
-                done += 1
-                if progress:
-                    status = f" FAILED: {record['error']}" if record["error"] else ""
-                    progress(done, total, time.perf_counter() - started, f"{task.name}/{example.id} {solver.label}{status}")
+        for task, example, ids, repeat, solver in todo:
+            record = measure_sample(lm, task, example, ids, solver, cfg, repeat)
+            writer.write(record)
+            done += 1
+            if progress:
+                status = f" FAILED: {record['error']}" if record["error"] else ""
+                progress(done, total, time.perf_counter() - started, f"{task.name}/{example.id} {solver.label}{status}")
     finally:
         writer.close()
         write_summary(out, summary, total)

@@ -121,7 +121,7 @@ def provenance(cfg: RunConfig, lm: LoadedModel) -> dict:
     import transformers
 
     dev = lm.device
-    gpu = nvml_for(dev.index or 0).versions() if dev.type == "cuda" else {}
+    gpu = nvml_for(dev.index if dev.index is not None else torch.cuda.current_device()).versions() if dev.type == "cuda" else {}
     model_config = lm.model.config.to_dict()
     return {
         "git_commit": _git("rev-parse", "HEAD"),

@@ -100,6 +100,14 @@ def nvml_for(index: int) -> Nvml:
     return _NVML[index]
 
 
+def _cuda_index(device) -> int:
+    if getattr(device, "index", None) is not None:
+        return device.index
+    import torch
+
+    return torch.cuda.current_device()
+
+
 def _cuda_uuid(index: int) -> str | None:
     try:
         import torch
@@ -117,7 +125,7 @@ class MemoryMonitor:
         self.cuda = getattr(device, "type", str(device)) == "cuda"
         # on a CPU the sampler competes with the timed threads for cores: wake it less often
         self.device, self.interval_s = device, interval_s or (0.01 if self.cuda else 0.05)
-        self.nvml = nvml_for(device.index or 0) if self.cuda else None
+        self.nvml = nvml_for(_cuda_index(device)) if self.cuda else None
         self.result: dict = {}
         self._stop = threading.Event()
         self._peaks = {"rss": None, "nvml": None}
@@ -143,14 +151,17 @@ class MemoryMonitor:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._stop.set()  # first: the sampler must stop even when the body raised (an OOM, say)
+        self._thread.join()
         torch_peak = None
         if self.cuda:
             import torch
 
-            torch.cuda.synchronize(self.device)
-            torch_peak = int(torch.cuda.max_memory_allocated(self.device))
-        self._stop.set()
-        self._thread.join()
+            try:
+                torch.cuda.synchronize(self.device)
+                torch_peak = int(torch.cuda.max_memory_allocated(self.device))
+            except RuntimeError:  # a broken CUDA context after a failure: leave the figure out
+                pass
         self._sample()  # the last state counts too, even for work shorter than one interval
         if self.cuda:
             headline, source = torch_peak, "torch.cuda.max_memory_allocated"

@@ -121,7 +121,9 @@ def provenance(cfg: RunConfig, lm: LoadedModel) -> dict:
     import transformers
 
     dev = lm.device
-    gpu = nvml_for(dev.index if dev.index is not None else torch.cuda.current_device()).versions() if dev.type == "cuda" else {}
+    gpu = {}
+    if dev.type == "cuda":
+        gpu = nvml_for(dev.index if dev.index is not None else torch.cuda.current_device()).versions()
     model_config = lm.model.config.to_dict()
     return {
         "git_commit": _git("rev-parse", "HEAD"),

@@ -4,8 +4,9 @@ A randomly initialised model with Llama-3.1-8B's dimensions, in bf16, measures:
   1. NTP tokens/s at batch 1: the fast path (static cache + CUDA graphs), the reference eager path,
      and transformers' ``generate``, against the bandwidth roofline (weight bytes / bandwidth);
   2. the time of 16-, 32- (and 64-) token block forwards against a 1-token forward (CUDA graphs);
-  3. tokens/s against batch size 1..32: NTP decoding through the batched core, and the forward
-     times of 1 and 2k query tokens at each batch size (how much a multi-token step costs there).
+  3. tokens/s against batch size 1..32 through the batched core and fast path: NTP, and block
+     decoding at 4 tokens per forward (fixed_k:k=4, k=16; a random model cannot say how many an SBD
+     model would reveal), with the times of 1- and 32-token forwards at each batch size.
 Speed does not depend on weights, only on shapes; a random model never stops, so every decode runs
 to its length. The JSON is rewritten after every section, so a timeout keeps what was measured.
 
@@ -157,8 +158,10 @@ def forward_times(lm: LoadedModel, batch: int, context: int, queries: list[int],
     return {"context": context, "batch": batch, "seconds": out, "ratio_to_1": {q: t / out[1] for q, t in out.items()}}
 
 
-def ntp_batched(lm: LoadedModel, prompt_len: int, tokens: int, batch: int) -> dict:
-    ntp = solver_registry()["ntp"]()
+def batched_decode(lm: LoadedModel, prompt_len: int, tokens: int, batch: int, solver) -> dict:
+    """Tokens/s of ``batch`` ragged prompts decoded together through the fast path. ``fixed_k:k=4``
+    commits 4 tokens per forward whatever the (random) model says: the cost of SBD's block forwards
+    at a known tokens-per-forward, to set against NTP at the same batch size."""
     decoder = Decoder(lm, block_size=16, max_new_tokens=tokens, fast=True)
     gen = torch.Generator().manual_seed(batch)
     lengths = [prompt_len - (i % 8) for i in range(batch)]  # ragged, like real prompts
@@ -166,11 +169,12 @@ def ntp_batched(lm: LoadedModel, prompt_len: int, tokens: int, batch: int) -> di
     result = {}
 
     def run():
-        result["gens"] = BatchDecoder(decoder).generate(prompts, ntp)
+        result["gens"] = BatchDecoder(decoder).generate(prompts, solver)
 
     seconds = timed(run, lm.device, 1)
     generated = sum(g.tokens for g in result["gens"])
-    return {"batch": batch, "tokens": generated, "seconds": seconds, "tokens_per_s": generated / seconds}
+    return {"solver": solver.label, "batch": batch, "tokens": generated, "seconds": seconds,
+            "tokens_per_s": generated / seconds, "nfe": sum(g.nfe for g in result["gens"]) / batch}
 
 
 # ----------------------------------------------------------------------------------------- main
@@ -223,11 +227,13 @@ def main() -> None:
     queries = [1, 16, 17, 32, 33, 64]  # 1: NTP; k, 1+k, 2k for k = 16 and 32 (k, 1+k, 2k = 32, 33, 64)
     save("block_forward_batch_1", forward_times(lm, 1, 512, queries, 10 if not args.tiny else 3))
 
-    per_batch = []
+    per_batch, solvers = [], solver_registry()
     for batch in batches:
-        row = ntp_batched(lm, 128, tokens, batch)
-        row["forward"] = forward_times(lm, batch, 512, [1, 32], 5 if not args.tiny else 2)
-        per_batch.append(row)
+        ntp_row = batched_decode(lm, 128, tokens, batch, solvers["ntp"]())
+        block_row = batched_decode(lm, 128, tokens, batch, solvers["fixed_k"](k=4))
+        per_batch.append({"batch": batch, "ntp": ntp_row, "fixed_k4_block16": block_row,
+                          "block_over_ntp": block_row["tokens_per_s"] / ntp_row["tokens_per_s"],
+                          "forward": forward_times(lm, batch, 512, [1, 32], 5 if not args.tiny else 2)})
         save("batch_sweep", per_batch)
     save("fast_path_status", FastPath.for_model(lm).status)
     targets = {"fast_over_generate>=1.5": ntp["fast_over_generate"] >= 1.5,

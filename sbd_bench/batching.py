@@ -230,13 +230,14 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 class FittingBatcher:
     """Decodes lists of prompts in batches of at most ``size``; when a batch does not fit in memory,
-    halves the size, says so once per size on ``report``, and goes on with the largest size that
-    fit. Results do not depend on the size (batching equals batch 1), only the timing does."""
+    halves the size until one fits, says so on ``report`` once that size has worked, and goes on with
+    it. Results do not depend on the size (batching equals batch 1), only the timing does."""
 
     def __init__(self, size: int, report=None, free=None):
         self.requested = self.size = size
         self.report = report or (lambda line: None)
         self.free = free or free_memory  # called after an out-of-memory, before the retry
+        self._failed: int | None = None  # the size that did not fit, until a smaller one has worked
 
     def run(self, decode, items: list) -> list:
         """``decode(items[i:j]) -> list`` over all items, in order."""
@@ -252,10 +253,13 @@ class FittingBatcher:
                 if len(part) == 1:
                     raise BatchSizeError("one sequence alone does not fit in memory: use a smaller model, "
                                          "--dtype bfloat16, --device-map auto, or a smaller --max-new-tokens") from None
+                self._failed = self._failed or len(part)
                 self.size = max(1, len(part) // 2)
-                self.report(f"warning: batch size {len(part)} does not fit in memory; continuing with "
-                            f"{self.size}, the largest size tried that fits (the requested size was {self.requested})")
                 continue
+            if self._failed:
+                self.report(f"warning: batch size {self._failed} does not fit in memory; decoding {len(part)} "
+                            f"at a time instead, the largest size tried that fits (requested: {self.requested})")
+                self._failed = None
             i += len(part)
         return out
 

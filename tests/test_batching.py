@@ -114,7 +114,7 @@ def test_out_of_memory_halves_the_batch_and_goes_on(model_dir, tmp_path, monkeyp
     monkeypatch.setattr(batching.BatchDecoder, "generate", small_memory)
     task = _task_file(tmp_path / "mini.jsonl")
     records, _ = _run(model_dir, task, tmp_path / "oom", batch_size=5)
-    assert "batch size 5 does not fit in memory; continuing with 2" in capsys.readouterr().err
+    assert "batch size 5 does not fit in memory; decoding 2 at a time instead" in capsys.readouterr().err
     monkeypatch.undo()
     reference, _ = _run(model_dir, task, tmp_path / "ref")
     assert records == reference

@@ -82,6 +82,9 @@ def run_data_parallel(cfg, progress=None) -> Path | None:
         raise DistributedError("--device-map cannot be combined with torchrun: each rank holds a whole model on "
                                "its own GPU; for a model larger than one GPU run one process with --device-map auto")
     _check_enough_examples(cfg, world)  # every rank stops here alike, before any rendezvous
+    if rank == 0 and read_records(Path(cfg.out) / "samples.jsonl"):  # (torchrun then stops the others)
+        raise DistributedError(f"{cfg.out} already holds records: choose another --out "
+                               f"(a data-parallel run always starts afresh)")
     device = _rank_device(cfg, local_rank)
     # ranks talk only at the end, and one may finish hours before the last: the default collective
     # timeout (10 min for NCCL) would kill a long, unevenly split run at the final gather

@@ -134,7 +134,8 @@ class _Graph:
         if path._pool is None:
             path._pool = torch.cuda.graph_pool_handle()
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=path._pool):
+        # thread_local: the memory sampler's thread (harness) may touch the device during a capture
+        with torch.cuda.graph(self.graph, pool=path._pool, capture_error_mode="thread_local"):
             self.logits = run()  # recorded, not run: the cache position is unchanged until replay
 
     def replay(self, ids, positions, mask) -> torch.Tensor:

@@ -54,7 +54,8 @@ def cmd_run(args) -> int:
     cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=args.solver, out=out,
                     block_size=args.block_size, max_new_tokens=args.max_new_tokens, limit=args.limit,
                     seed=args.seed, plugins=args.plugins, device=args.device, dtype=args.dtype,
-                    attn_implementation=args.attn, command=" ".join(["python -m sbd_bench", *sys.argv[1:]]))
+                    attn_implementation=args.attn, command=" ".join(["python -m sbd_bench", *sys.argv[1:]]),
+                    chat_template=args.chat_template, thinking={"on": True, "off": False}.get(args.thinking))
     run_dir = run(cfg, progress=_progress)
     summary = json.loads((run_dir / "summary.json").read_text())
     _print_table(summary["rows"])
@@ -100,7 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.add_argument("--solver", default="all",
                        help="'all', a name, a comma list, sweeps 'entropy_bounded:gamma=0.1,0.35;proxy=margin', "
                             "several joined by '+' (ntp is always added as the baseline)")
-    run_p.add_argument("--task", default="suite", help="task names, 'suite' or JSONL files, comma separated")
+    run_p.add_argument("--task", default="suite",
+                       help="task names, 'suite' or JSONL files, comma separated; benchmarks read a local file: "
+                            "gsm8k:path=FILE (see 'list')")
+    run_p.add_argument("--chat-template", action="store_true",
+                       help="benchmark prompts through the tokenizer's chat template (instruct/reasoning models)")
+    run_p.add_argument("--thinking", choices=["on", "off"], default=None,
+                       help="reasoning mode of the chat template (enable_thinking); default: the template's own")
     run_p.add_argument("--block-size", type=int, default=16)
     run_p.add_argument("--max-new-tokens", type=int, default=None, help="default: each task's own budget")
     run_p.add_argument("--limit", type=int, default=None, help="first N examples of each task")

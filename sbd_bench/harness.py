@@ -44,6 +44,8 @@ class RunConfig:
     dtype: str = "auto"
     attn_implementation: str = "sdpa"
     command: str = ""
+    chat_template: bool = False  # prompts through the tokenizer's chat template (benchmark tasks)
+    thinking: bool | None = None  # the template's enable_thinking; None: its default
 
     def __post_init__(self):
         if self.block_size < 1:
@@ -131,6 +133,7 @@ def decode_sample(lm: LoadedModel, task: Task, example: Example, prompt_ids: lis
         torch.cuda.reset_peak_memory_stats(lm.device)
     gen = decoder.generate(prompt_ids, solver)
     peak, source = _peak_memory(lm.device)
+    correct, detail = task.verdict(example, gen.output_text)
     return {
         "task": task.name, "id": example.id, "solver": solver.name, "params": solver.params,
         "config": solver.label, "block_size": cfg.block_size, "repeat": repeat,
@@ -139,15 +142,17 @@ def decode_sample(lm: LoadedModel, task: Task, example: Example, prompt_ids: lis
         "prefill_forwards": gen.prefill_forwards, "revealed_per_forward": gen.revealed_per_forward,
         "forwards_per_block": gen.forwards_per_block,
         "wall_time_s": gen.prefill_time_s + gen.decode_time_s, "prefill_time_s": gen.prefill_time_s,
-        "decode_time_s": gen.decode_time_s, "correct": task.score(example, gen.output_text),
+        "decode_time_s": gen.decode_time_s, "correct": correct,
         "answer": example.answer, "error": None, "peak_memory_bytes": peak, "peak_memory_source": source,
+        "score_detail": detail,
     }
 
 
 def run(cfg: RunConfig, progress=None) -> Path:
     registry = solver_registry(cfg.plugins)
     solvers = parse_solver_spec(cfg.solvers, registry)
-    tasks = [load_task(name) for name in cfg.tasks]
+    options = {"chat_template": cfg.chat_template or None, "thinking": cfg.thinking}
+    tasks = [load_task(name, **{k: v for k, v in options.items() if v is not None}) for name in cfg.tasks]
     lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, attn_implementation=cfg.attn_implementation)
     torch.manual_seed(cfg.seed)
     work: list[tuple[Task, Example, list[int]]] = []

@@ -49,7 +49,9 @@ def cmd_run(args) -> int:
     from pathlib import Path
 
     from .harness import RunConfig, run
+    from .model import resolve_model_path
 
+    resolve_model_path(args.model)  # the cheapest check first: a typo in --model costs no work
     out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=args.solver, out=out,
                     block_size=args.block_size, max_new_tokens=args.max_new_tokens, limit=args.limit,

@@ -90,8 +90,7 @@ class Decoder:
     def ntp_step(self, token: torch.Tensor, position: int, cache: KVCache) -> torch.Tensor:
         """Feed one committed token (B, 1) causally; keep its KV; return next-token logits (B, V)."""
         positions = torch.full_like(token, position)
-        mask = attention_mask(cache.length, 1, 0, self.lm.dtype, token.device)
-        return self.forward(token, positions, mask, cache)[:, -1]
+        return self.forward(token, positions, None, cache)[:, -1]  # one query sees the whole cache: no mask
 
     def block_step(self, pending: torch.Tensor, block: torch.Tensor, start: int, cache: KVCache) -> torch.Tensor:
         """One SBD forward: ``pending`` (B, n) committed tokens at start-n..start-1, causal (their KV is

@@ -99,6 +99,9 @@ def load_model(
     require_mask_token: bool = True,
 ) -> LoadedModel:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own progress line is the only one on stderr
 
     path = resolve_model_path(name_or_path)
     if not (path / "config.json").exists():

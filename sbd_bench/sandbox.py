@@ -47,7 +47,7 @@ NOBODY = 65534
 STATUSES = ("passed", "failed", "timed_out", "crashed")
 SETUP_FAILED = 125  # launcher exit status when it could not set the sandbox up (with a nonce on stderr)
 
-# Runs as us (root or not); argv[1] is a JSON job. With a PID namespace it forks an init process
+# Runs as us (root or not), under the program's interpreter; argv[1] is a JSON job. With a PID namespace it forks an init process
 # (PID 1, set to die with the launcher) which forks the program; when the program ends or the
 # launcher is killed, init exits and the kernel kills everything left in the namespace.
 _LAUNCHER = r"""
@@ -162,7 +162,7 @@ def _launch(job: dict, timeout_s: float, stdin_path: str | None, out_path: str, 
     started = time.perf_counter()
     try:
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(job)], stdin=stdin,
+            proc = subprocess.Popen([job["argv"][0], "-I", "-S", "-c", _LAUNCHER, json.dumps(job)], stdin=stdin,
                                     stdout=out, stderr=err, env={}, close_fds=True, start_new_session=True)
             try:
                 return proc.wait(timeout=timeout_s), False, time.perf_counter() - started

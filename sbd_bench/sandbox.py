@@ -241,7 +241,7 @@ def isolation() -> Isolation:
                                      bool(flags & CLONE_NEWPID))
                 tried.append(python)
     raise SandboxError(
-        f"cannot run a Python program as an unprivileged user here (tried {', '.join(dict.fromkeys(tried))}"
+        f"cannot run a Python program in the sandbox here (tried {', '.join(dict.fromkeys(tried))}"
         f"{' as uid ' + str(fresh) + ' and ' + str(NOBODY) if root else ''}): set SBD_SANDBOX_PYTHON to an "
         "interpreter that every user can execute (e.g. /usr/bin/python3), or run as a non-root user")
 

@@ -5,7 +5,7 @@ Pure string functions, no torch: reports and tests import this freely.
     '1200'
     >>> last_boxed(r"so \\boxed{\\frac{1}{2}} and not \\boxed{3}")
     '3'
-    >>> math_equal(r"\\dfrac{1}{2}", "0.5"), pass_at_k(n=10, c=3, k=1)
+    >>> math_equal(r"\\dfrac{1}{2}", "0.5"), round(pass_at_k(n=10, c=3, k=1), 6)
     (True, 0.3)
 """
 from __future__ import annotations

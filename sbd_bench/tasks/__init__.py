@@ -82,7 +82,9 @@ def load_task(spec: str, **options) -> Task:
                 raise TaskError(f"bad task option '{item}' in '{spec}': write {name}:key=value (e.g. {name}:path=FILE)")
             options[key.strip()] = value.strip()
         cls = registry[name]
-        accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        params = inspect.signature(cls.__init__).parameters.values() if cls.__init__ is not object.__init__ else ()
+        accepted = [p.name for p in params if p.name != "self" and p.kind in named]
         for key in options:
             if key not in accepted:
                 raise TaskError(f"task '{name}' has no option '{key}' (its options: {', '.join(accepted) or 'none'})")

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..registry import register_task
-from ..sandbox import Limits, run_many
+from ..sandbox import Limits, isolation, run_many
 from ..scoring import defines, extract_code
 from ..types import Example
 from . import TaskError
@@ -48,6 +48,10 @@ class CodeTask(BenchmarkTask):
 
     timeout_s: ClassVar[float] = 10.0  # per test program, wall clock
     max_new_tokens = 512
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        isolation()  # no way to run programs here? say so before a model is loaded, not after decoding
 
     def code_of(self, example: Example, answer_text: str) -> str:
         """The program text the model wrote (fenced block if any, else the output itself)."""

@@ -49,8 +49,8 @@ class CodeTask(BenchmarkTask):
     timeout_s: ClassVar[float] = 10.0  # per test program, wall clock
     max_new_tokens = 512
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, path: str | Path | None = None, chat_template: bool = False, thinking: bool | None = None):
+        super().__init__(path, chat_template, thinking)
         isolation()  # no way to run programs here? say so before a model is loaded, not after decoding
 
     def code_of(self, example: Example, answer_text: str) -> str:

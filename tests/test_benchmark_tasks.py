@@ -51,6 +51,7 @@ def test_numbers_and_boxes():
     assert math_equal(r"x = 5", "5") and math_equal(r"90^\circ", "90") and math_equal(r"\text{(B)}", "(B)")
     assert not math_equal(r"2\sqrt{3}", r"3\sqrt{2}") and not math_equal(None, "1")
     assert normalize_math(r"\left( 1, 2 \right)") == "(1,2)"
+    assert math_equal("1,000", "1000") and math_equal(r"1{,}000", "1000") and not math_equal("1,2", "12")
 
 
 def test_gsm8k_extraction_order():
@@ -93,6 +94,8 @@ def test_math500_and_aime_verdicts():
     aime = task("aime", "aime_sample.jsonl")
     assert [e.answer for e in aime.examples()] == ["24", "1"]
     assert verdict(aime, "2025-I-1", r"\boxed{024}")[0] and not verdict(aime, "2025-I-1", r"\boxed{240}")[0]
+    assert verdict(aime, "2025-I-1", r"\boxed{1024} mod 1000 is \boxed{24}")[0]  # several: the last
+    assert verdict(aime, "2025-I-2", "1001 mod 1000 = 1") == (False, {"extracted": None})  # no box, no answer
 
 
 def test_thinking_is_dropped_before_extraction():
@@ -109,6 +112,9 @@ def test_mbpp_verdicts_record_each_test():
     ok, detail = verdict(t, "901", "```python\ndef add(a, b):\n    return a + b if a > 0 else a\n```")
     assert not ok and [r["status"] for r in detail["tests"]] == ["passed", "failed", "passed"]
     assert verdict(t, "902", "")[0] is False
+    chat = task("mbpp", "mbpp_sample.jsonl", chat_template=True)
+    two = "First try:\n```python\ndef rev(s):\n    return s\n```\nBetter:\n```python\ndef rev(s):\n    return s[::-1]\n```"
+    assert verdict(chat, "902", two)[0] and not verdict(chat, "902", two.rsplit("Better", 1)[0])[0]
 
 
 def test_humaneval_plus_uses_reference_outputs():
@@ -128,6 +134,7 @@ def test_livecodebench_stdin_and_functional_tests(monkeypatch):
     assert len(sums.meta["tests"]) == 2  # public + the compressed private case
     ok, detail = verdict(t, "lcb-sum", "a, b = map(int, input().split())\nprint(a + b)\n")
     assert ok and len(detail["tests"]) == 2
+    assert verdict(t, "lcb-sum", "print(sum(map(int, input().split())))\n```\nprint('extra')")[0]  # stop inside
     ok, detail = verdict(t, "lcb-sum", "a, b = map(int, input().split())\nprint(a * b)\n")
     assert not ok and [r["detail"] for r in detail["tests"]] == ["wrong output", "wrong output"]
     solution = "```python\nclass Solution:\n    def double(self, nums: List[int]) -> List[int]:\n        return [2 * x for x in nums]\n```"
@@ -200,6 +207,9 @@ def test_humaneval_chat_answer_with_the_whole_function(humaneval):
     answer = "Here you go:\n```python\n" + e.prompt + e.meta["canonical_solution"] + "```\nDone."
     assert t.verdict(e, answer)[0]
     assert t.stop == () and humaneval.stop[0] == "\nclass"
+    body = e.meta["canonical_solution"]
+    assert humaneval.verdict(e, body + "\n\ndef extra(:\n")[0]  # plain: the top-level def after the body is cut
+    assert not humaneval.verdict(e, "")[0]
 
 
 # ----------------------------------------------------------------------------------- bad input

@@ -47,9 +47,10 @@ NOBODY = 65534
 STATUSES = ("passed", "failed", "timed_out", "crashed")
 SETUP_FAILED = 125  # launcher exit status when it could not set the sandbox up (with a nonce on stderr)
 
-# Runs as us (root or not), under the program's interpreter; argv[1] is a JSON job. With a PID namespace it forks an init process
-# (PID 1, set to die with the launcher) which forks the program; when the program ends or the
-# launcher is killed, init exits and the kernel kills everything left in the namespace.
+# Runs as us (root or not), under the program's interpreter; argv[1] is a JSON job. With a PID
+# namespace it forks an init process (PID 1, set to die with the launcher) which forks the program;
+# when the program ends or the launcher is killed, init exits and the kernel kills everything left in
+# the namespace.
 _LAUNCHER = r"""
 import ctypes, json, os, resource, signal, sys
 job = json.loads(sys.argv[1])
@@ -152,11 +153,13 @@ class Isolation:
 
     def describe(self) -> str:
         user = "own uid" if self.uid is None else ("fresh uid per program" if self.fresh_uid else f"uid {self.uid}")
-        return (f"python={self.python}, user={user}, network={'isolated' if self.network_isolated else 'NOT isolated'}, "
+        network = "isolated" if self.network_isolated else "NOT isolated"
+        return (f"python={self.python}, user={user}, network={network}, "
                 f"pid namespace={'yes' if self.pid_namespace else 'no'}")
 
 
-def _launch(job: dict, timeout_s: float, stdin_path: str | None, out_path: str, err_path: str) -> tuple[int | None, bool, float]:
+def _launch(job: dict, timeout_s: float, stdin_path: str | None, out_path: str,
+            err_path: str) -> tuple[int | None, bool, float]:
     """Run the launcher; return (returncode, timed_out, seconds). Kills everything on timeout."""
     stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL
     started = time.perf_counter()
@@ -280,7 +283,8 @@ def _outcome(code: int | None, timed_out: bool, stdout: str, stderr: str, second
         if sig == signal.SIGXCPU:
             return Outcome("timed_out", code, stdout, stderr, seconds, "CPU-time limit")
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
-        why = {"SIGXFSZ": "file-size/output limit", "SIGKILL": "killed", "SIGSEGV": "segmentation fault"}.get(name, name)
+        why = {"SIGXFSZ": "file-size/output limit", "SIGKILL": "killed",
+               "SIGSEGV": "segmentation fault"}.get(name, name)
         return Outcome("crashed", code, stdout, stderr, seconds, f"{why} ({name})")
     last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {code}"
     return Outcome("failed", code, stdout, stderr, seconds, last[:200])
@@ -293,7 +297,8 @@ def _read_clipped(path: str, limit: int) -> str:
     return text + ("\n[... output clipped]" if len(data) > limit else "")
 
 
-def run_many(jobs: Iterable[tuple[str, str | None]], limits: Limits = Limits(), workers: int | None = None) -> list[Outcome]:
+def run_many(jobs: Iterable[tuple[str, str | None]], limits: Limits = Limits(),
+             workers: int | None = None) -> list[Outcome]:
     """Run (source, stdin) jobs in parallel (threads waiting on processes); results in input order."""
     jobs = list(jobs)
     isolation()  # probe once before the threads start

@@ -139,7 +139,8 @@ def normalize_math(answer: str | None) -> str | None:
     s = answer.strip().replace("\n", "").rstrip(".")
     s = s.replace("\\!", "").replace("\\,", "").replace("\\;", "").replace("\\ ", "")
     s = s.replace("tfrac", "frac").replace("dfrac", "frac").replace("\\left", "").replace("\\right", "")
-    s = s.replace("^{\\circ}", "").replace("^\\circ", "").replace("\\%", "").replace("%", "").replace("\\$", "").replace("$", "")
+    for unit in ("^{\\circ}", "^\\circ", "\\%", "%", "\\$", "$"):
+        s = s.replace(unit, "")
     s = re.sub(r"\\text\{\s*(?:units?|cm|m|km|inches|inch|feet|ft|degrees?|dollars?|cents?)\s*\}", "", s)
     s = _strip_text(s)
     s = s.replace("\\displaystyle", "")

@@ -28,8 +28,8 @@ def read_rows(path: Path) -> list[tuple[int, Any]]:
     if not path.is_file():
         raise TaskError(f"data file {path} does not exist: give the path to a local copy (nothing is downloaded)")
     if path.suffix == ".parquet":
-        raise TaskError(f"{path}: parquet is not read here; convert it once with "
-                        f"pandas.read_parquet('{path.name}').to_json('{path.stem}.jsonl', orient='records', lines=True)")
+        raise TaskError(f"{path}: parquet is not read here; convert it once with pandas.read_parquet("
+                        f"'{path.name}').to_json('{path.stem}.jsonl', orient='records', lines=True)")
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as handle:
         text = handle.read()
@@ -37,7 +37,8 @@ def read_rows(path: Path) -> list[tuple[int, Any]]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise TaskError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); give a JSON list or a JSONL file") from None
+            raise TaskError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); "
+                            "give a JSON list or a JSONL file") from None
         if not isinstance(data, list):
             raise TaskError(f"{path}: expected a JSON list of objects (or a .jsonl file with one object per line)")
         return list(enumerate(data, start=1))
@@ -47,7 +48,8 @@ def read_rows(path: Path) -> list[tuple[int, Any]]:
             try:
                 rows.append((number, json.loads(line)))
             except json.JSONDecodeError as exc:
-                raise TaskError(f"{path}:{number}: not valid JSON ({exc.msg}); write one JSON object per line") from None
+                raise TaskError(f"{path}:{number}: not valid JSON ({exc.msg}); "
+                                "write one JSON object per line") from None
     return rows
 
 

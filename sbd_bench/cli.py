@@ -15,7 +15,7 @@ import time
 
 from .types import UsageError
 
-COMMAND_MODULES: list[str] = []  # e.g. "sbd_bench.training"; each adds its own subcommand
+COMMAND_MODULES: list[str] = ["sbd_bench.report", "sbd_bench.compare", "sbd_bench.roofline"]  # e.g. "sbd_bench.training"; each adds its own subcommand
 
 
 def _progress(done: int, total: int, elapsed: float, what: str) -> None:
@@ -48,20 +48,26 @@ def expand_tasks(spec: str) -> list[str]:
 def cmd_run(args) -> int:
     from pathlib import Path
 
-    from .harness import RunConfig, run
+    from .harness import RunConfig, resume, run
     from .model import resolve_model_path
 
-    resolve_model_path(args.model)  # the cheapest check first: a typo in --model costs no work
-    out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
-    cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=args.solver, out=out,
-                    block_size=args.block_size, max_new_tokens=args.max_new_tokens, limit=args.limit,
-                    seed=args.seed, plugins=args.plugins, device=args.device, dtype=args.dtype,
-                    attn_implementation=args.attn, command=" ".join(["python -m sbd_bench", *sys.argv[1:]]),
-                    chat_template=args.chat_template, thinking={"on": True, "off": False}.get(args.thinking))
-    run_dir = run(cfg, progress=_progress)
+    command = " ".join(["python -m sbd_bench", *sys.argv[1:]])
+    if args.resume:
+        run_dir = resume(Path(args.resume), progress=_progress, command=command)
+    else:
+        resolve_model_path(args.model)  # the cheapest check first: a typo in --model costs no work
+        out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+        cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=args.solver, out=out,
+                        block_size=args.block_size, max_new_tokens=args.max_new_tokens, limit=args.limit,
+                        seed=args.seed, plugins=args.plugins, device=args.device, dtype=args.dtype,
+                        attn_implementation=args.attn, command=command, repeats=args.repeats, warmup=args.warmup,
+                        cost_curve=not args.no_cost_curve, report=not args.no_report, threads=args.threads,
+                        chat_template=args.chat_template, thinking={"on": True, "off": False}.get(args.thinking))
+        run_dir = run(cfg, progress=_progress)
     summary = json.loads((run_dir / "summary.json").read_text())
     _print_table(summary["rows"])
-    print(json.dumps({"run_dir": str(run_dir), "complete": summary["complete"], "rows": len(summary["rows"])}))
+    print(json.dumps({"run_dir": str(run_dir), "complete": summary["complete"], "rows": len(summary["rows"]),
+                      "failures": len(summary.get("failures") or [])}))
     return 0 if summary["complete"] else 1
 
 
@@ -119,6 +125,14 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.add_argument("--device", default="auto", help="auto|cpu|cuda[:N]")
     run_p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     run_p.add_argument("--attn", default="sdpa", help="attention implementation: sdpa|eager|flash_attention_2")
+    run_p.add_argument("--repeats", type=int, default=1, help="timed decodes per example and config; medians reported")
+    run_p.add_argument("--warmup", type=int, default=1, help="unrecorded decodes per config before timing (default 1)")
+    run_p.add_argument("--resume", metavar="RUN_DIR", default=None,
+                       help="finish an interrupted run with its own settings (other flags are ignored)")
+    run_p.add_argument("--threads", type=int, default=None,
+                       help="torch CPU threads (default: torch's); 1 gives steadier timings on a shared machine")
+    run_p.add_argument("--no-cost-curve", action="store_true", help="skip timing the 1, k, 2k-token forwards")
+    run_p.add_argument("--no-report", action="store_true", help="skip writing report.md and the plots")
     run_p.set_defaults(func=cmd_run)
 
     list_p = sub.add_parser("list", help="list solvers (with parameters and defaults) and tasks")

@@ -201,8 +201,11 @@ class Decoder:
                 break
         if self.stop_strings:
             head = ids[: cut if cut is not None else budget]
-            text = self.lm.tokenizer.decode(head, skip_special_tokens=True)
-            if any(s in text for s in self.stop_strings):
+            # a stop string ending before first_new was seen already: decode only a tail window
+            # wide enough for any stop string ending anew, even at one byte-level token per UTF-8 byte
+            window = 4 * max(len(s) for s in self.stop_strings) + 8
+            tail = self.lm.tokenizer.decode(head[max(0, first_new - window):], skip_special_tokens=True)
+            if any(s in tail for s in self.stop_strings):
                 cut, reason = self._stop_string_cut(head), "stop_string"
         if cut is not None:
             return cut, reason

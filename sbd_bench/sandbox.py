@@ -66,6 +66,8 @@ def run_program():
     try:
         if job["uid"] is not None:
             os.setgroups([]); os.setgid(job["gid"]); os.setuid(job["uid"])
+        if not job["fork"]:
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG again: the uid change cleared it
         for name, value in job["rlimits"].items():
             which = getattr(resource, name)
             hard = resource.getrlimit(which)[1]
@@ -76,6 +78,9 @@ def run_program():
     except (OSError, ValueError) as exc:
         fail(type(exc).__name__ + ": " + str(exc))
 libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: if our caller dies, so do we (and all we started)
+if os.getppid() != job["caller"]:
+    os._exit(125)  # it died before the line above
 if job["unshare"] and libc.unshare(job["unshare"]) != 0:
     fail("unshare: " + os.strerror(ctypes.get_errno()))
 if not job["fork"]:
@@ -189,7 +194,7 @@ def _job(iso: Isolation, limits: Limits, cwd: str, argv: list[str], nonce: str, 
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": cwd, "TMPDIR": cwd, "LANG": "C.UTF-8",
            "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     return {"unshare": iso.unshare, "fork": iso.pid_namespace, "uid": uid, "gid": uid, "rlimits": limits.rlimits(),
-            "cwd": cwd, "argv": argv, "env": env, "nonce": nonce}
+            "cwd": cwd, "argv": argv, "env": env, "nonce": nonce, "caller": os.getpid()}
 
 
 def _probe(python: str, uid: int | None, unshare: int) -> bool:

@@ -2,7 +2,8 @@
 
     python -m sbd_bench run --task gsm8k:path=gsm8k_test.jsonl,math500:path=math500.jsonl --solver all
 
-Field layouts (one JSON object per line; the names are those of the public releases):
+Field layouts (one JSON object per line; the names are those of the public releases; an example's
+id is its id field if there is one, else its line number):
   gsm8k    question (str); answer (str whose final number follows '####', as in openai/gsm8k)
   math500  problem (str); answer (str), or else solution (str) holding a \\boxed{} answer;
            optional unique_id / id

@@ -77,7 +77,8 @@ class CodeTask(BenchmarkTask):
             elif status == "passed" and expected is not None and not same_stdout(outcome.stdout, expected):
                 status, detail = "failed", "wrong output"
             results.append({"status": status, "detail": detail, "seconds": round(outcome.duration_s, 3)})
-        return all(r["status"] == "passed" for r in results), {"tests": results}
+        detail = {"tests": results, "sandbox": isolation().describe()}
+        return all(r["status"] == "passed" for r in results), detail
 
 
 def same_stdout(got: str, expected: str) -> bool:

@@ -97,6 +97,7 @@ def cmd_list(args) -> int:
         tag = " [suite]" if cls.suite else ""
         print(f"  {name:<16} {cls.description}{tag}")
     print("  FILE.jsonl       any JSONL file with id, prompt and optional answer per line")
+    print("  NAME:path=FILE   a benchmark read from a local data file, e.g. gsm8k:path=gsm8k_test.jsonl")
     return 0
 
 

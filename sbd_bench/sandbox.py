@@ -10,11 +10,14 @@ Every program gets, on Linux:
     bounds what it can print: stdout and stderr go to files), open files, processes, no core dumps;
   * its own network namespace (no interface is up, not even loopback) and its own PID namespace, so it
     cannot reach the network or see our processes, and everything it forks dies with it;
+  * its own mount namespace with empty private /tmp, /var/tmp, /dev/shm (its working directory is
+    bound back in) and a /proc of its PID namespace;
   * when we run as root: a separate unprivileged uid (a fresh random one per program, else 65534), so
     RLIMIT_NPROC binds (it never binds root), it cannot signal us or read our /proc/PID/environ, and
-    it can write only where any user may (its working directory, world-writable folders like /tmp).
+    it can write only where any user may. Not as root: an unprivileged user namespace gives it the
+    namespaces above where the kernel allows them; it keeps our file permissions.
 
-A small launcher (``_LAUNCHER`` below, run by our own interpreter) applies the namespaces, limits and
+A small launcher (``_LAUNCHER`` below, run as us by the same interpreter) applies the namespaces, limits and
 uid, then execs the program's interpreter. Isolation the platform refuses is probed once and dropped
 (see ``isolation()``); the limits always apply. This is a guard against accidents and hostile
 programs of the kinds tested in tests/test_sandbox.py, not a hardened security boundary: run untrusted
@@ -42,18 +45,20 @@ from typing import Iterable
 
 from .types import UsageError
 
-CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")  # world-writable folders a program gets private copies of
 NOBODY = 65534
 STATUSES = ("passed", "failed", "timed_out", "crashed")
 SETUP_FAILED = 125  # launcher exit status when it could not set the sandbox up (with a nonce on stderr)
 
-# Runs as us (root or not), under the program's interpreter; argv[1] is a JSON job. With a PID
+# Runs as us (root or not), under the program's interpreter; the JSON job arrives on the pipe argv[1]. With a PID
 # namespace it forks an init process (PID 1, set to die with the launcher) which forks the program;
 # when the program ends or the launcher is killed, init exits and the kernel kills everything left in
 # the namespace.
 _LAUNCHER = r"""
 import ctypes, json, os, resource, signal, sys
-job = json.loads(sys.argv[1])
+with os.fdopen(int(sys.argv[1]), "rb") as handle:  # a pipe, not argv: the program can read our argv
+    job = json.loads(handle.read())
 def fail(what):
     sys.stderr.write(job["nonce"] + " " + what + "\n"); sys.stderr.flush(); os._exit(125)
 def relay(status):  # end this process the way the program ended
@@ -77,12 +82,34 @@ def run_program():
         os.execve(job["argv"][0], job["argv"], job["env"])
     except (OSError, ValueError) as exc:
         fail(type(exc).__name__ + ": " + str(exc))
+def private_scratch():  # fresh tmpfs over /tmp & co. in our mount namespace; the work dir is bound back
+    MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 262144
+    def mount(source, target, fstype, flags, data):
+        if libc.mount(source, target.encode(), fstype, flags, data) != 0:
+            fail("mount " + target + ": " + os.strerror(ctypes.get_errno()))
+    work = os.open(job["cwd"], os.O_RDONLY | os.O_DIRECTORY)
+    mount(b"none", "/", None, MS_REC | MS_PRIVATE, None)  # nothing we mount reaches the host
+    for folder in job["scratch"]:
+        mount(b"tmpfs", folder, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777,size=64m")
+    os.makedirs(job["cwd"], exist_ok=True)
+    mount(("/proc/self/fd/%d" % work).encode(), job["cwd"], None, MS_BIND, None)
+    os.close(work)
 libc = ctypes.CDLL(None, use_errno=True)
 libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: if our caller dies, so do we (and all we started)
 if os.getppid() != job["caller"]:
     os._exit(125)  # it died before the line above
 if job["unshare"] and libc.unshare(job["unshare"]) != 0:
     fail("unshare: " + os.strerror(ctypes.get_errno()))
+if job["unshare"] & 0x10000000:  # CLONE_NEWUSER (not root): map our own uid/gid, or files cannot be made
+    uid, gid = os.getuid(), os.getgid()
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open("/proc/self/" + name, "w") as handle:
+            handle.write(text)
+if job["unshare"] & 0x00020000:  # CLONE_NEWNS
+    try:
+        private_scratch()
+    except OSError as exc:
+        fail("private /tmp: " + str(exc))
 if not job["fork"]:
     run_program()
 read_end, write_end = os.pipe()
@@ -90,6 +117,8 @@ init = os.fork()  # PID 1 of the new namespace: when it dies, every process in i
 if init == 0:
     os.close(read_end)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the launcher
+    if job["unshare"] & 0x00020000:  # a /proc of this PID namespace: our processes are not in it
+        libc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None)  # best effort: the uid change also guards
     program = os.fork()  # the program runs as PID 2, so signals reach it as usual
     if program == 0:
         os.close(write_end)
@@ -149,23 +178,31 @@ class Isolation:
     unshare: int  # namespace flags
     network_isolated: bool
     pid_namespace: bool
+    private_scratch: bool = False  # /tmp, /var/tmp, /dev/shm are fresh tmpfs of its own
 
     def describe(self) -> str:
         user = "own uid" if self.uid is None else ("fresh uid per program" if self.fresh_uid else f"uid {self.uid}")
         network = "isolated" if self.network_isolated else "NOT isolated"
         return (f"python={self.python}, user={user}, network={network}, "
-                f"pid namespace={'yes' if self.pid_namespace else 'no'}")
+                f"pid namespace={'yes' if self.pid_namespace else 'no'}, "
+                f"private /tmp={'yes' if self.private_scratch else 'no'}")
 
 
 def _launch(job: dict, timeout_s: float, stdin_path: str | None, out_path: str,
             err_path: str) -> tuple[int | None, bool, float]:
     """Run the launcher; return (returncode, timed_out, seconds). Kills everything on timeout."""
     stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL
+    job_read, job_write = os.pipe()
+    with os.fdopen(job_write, "wb") as handle:  # a few hundred bytes: fits the pipe's buffer
+        handle.write(json.dumps(job).encode())
     started = time.perf_counter()
     try:
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen([job["argv"][0], "-I", "-S", "-c", _LAUNCHER, json.dumps(job)], stdin=stdin,
-                                    stdout=out, stderr=err, env={}, close_fds=True, start_new_session=True)
+            proc = subprocess.Popen([job["argv"][0], "-I", "-S", "-c", _LAUNCHER, str(job_read)], stdin=stdin,
+                                    stdout=out, stderr=err, env={}, close_fds=True, pass_fds=(job_read,),
+                                    start_new_session=True)
+            os.close(job_read)
+            job_read = None
             try:
                 return proc.wait(timeout=timeout_s), False, time.perf_counter() - started
             except subprocess.TimeoutExpired:
@@ -179,6 +216,8 @@ def _launch(job: dict, timeout_s: float, stdin_path: str | None, out_path: str,
                 if not job["fork"]:
                     _kill_group(proc.pid)  # without a PID namespace, leftovers in the group die here
     finally:
+        if job_read is not None:
+            os.close(job_read)
         if stdin_path:
             stdin.close()
 
@@ -194,7 +233,8 @@ def _job(iso: Isolation, limits: Limits, cwd: str, argv: list[str], nonce: str, 
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": cwd, "TMPDIR": cwd, "LANG": "C.UTF-8",
            "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     return {"unshare": iso.unshare, "fork": iso.pid_namespace, "uid": uid, "gid": uid, "rlimits": limits.rlimits(),
-            "cwd": cwd, "argv": argv, "env": env, "nonce": nonce, "caller": os.getpid()}
+            "cwd": cwd, "argv": argv, "env": env, "nonce": nonce, "caller": os.getpid(),
+            "scratch": [d for d in SCRATCH if os.path.isdir(d) and not os.path.islink(d)]}
 
 
 def _probe(python: str, uid: int | None, unshare: int) -> bool:
@@ -233,14 +273,15 @@ def isolation() -> Isolation:
     fresh = 1_000_000_000 + secrets.randbelow(1_000_000_000)
     uids = [fresh, NOBODY] if root else [None]
     base = 0 if root else CLONE_NEWUSER  # unprivileged namespaces need a user namespace of their own
-    flag_sets = [base | CLONE_NEWNET | CLONE_NEWPID, base | CLONE_NEWNET, 0]
+    flag_sets = [base | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID, base | CLONE_NEWNET | CLONE_NEWPID,
+                 base | CLONE_NEWNET, 0]
     tried = []
     for python in _python_candidates():
         for uid in uids:
             for flags in flag_sets:
                 if _probe(python, uid, flags):
                     return Isolation(python, uid, uid == fresh, flags, bool(flags & CLONE_NEWNET),
-                                     bool(flags & CLONE_NEWPID))
+                                     bool(flags & CLONE_NEWPID), bool(flags & CLONE_NEWNS))
                 tried.append(python)
     raise SandboxError(
         f"cannot run a Python program in the sandbox here (tried {', '.join(dict.fromkeys(tried))}"

@@ -7,6 +7,7 @@ down. The network test connects only to a listener this test opens on 127.0.0.1.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import textwrap
@@ -118,10 +119,18 @@ def test_cannot_write_outside_its_directory(tmp_path):
         open({str(target / 'pwned.txt')!r}, "w").write("pwned")
     """)
     out = run_python(source, limits=FAST)
-    assert out.status == "failed" and "PermissionError" in out.detail and "inside ok" in out.stdout
-    assert not (target / "pwned.txt").exists()
+    # denied, or (with a private /tmp) not even there
+    assert out.status == "failed" and re.match("(PermissionError|FileNotFoundError)", out.detail), out.detail
+    assert "inside ok" in out.stdout and not (target / "pwned.txt").exists()
     cwd_attempt = run_python(f"open({os.path.join(os.getcwd(), 'pwned.txt')!r}, 'w')", limits=FAST)
     assert cwd_attempt.status == "failed" and not os.path.exists("pwned.txt")
+
+
+def test_world_writable_folders_are_private():
+    needs(iso().private_scratch, "no mount namespace here: /tmp is shared with the program")
+    name = f"/tmp/sbd-escape-{os.urandom(6).hex()}"
+    out = run_python(f"open({name!r}, 'w').write('x'); print('wrote')", limits=FAST)
+    assert out.stdout == "wrote\n" and not os.path.exists(name)
 
 
 def test_environment_secrets_are_not_inherited(monkeypatch):
@@ -133,11 +142,12 @@ def test_environment_secrets_are_not_inherited(monkeypatch):
 
 
 def test_cannot_read_our_environment_through_proc():
-    needs(iso().uid is not None, "programs run as our own uid (not root here), which may read our /proc")
+    needs(iso().uid is not None or iso().private_scratch,
+          "programs run as our own uid (not root here) and see our /proc (no mount namespace)")
     path = f"/proc/{os.getpid()}/environ"
     assert open(path, "rb").read()  # readable to us ...
     out = run_python(f"print(open({path!r}, 'rb').read()[:80])", limits=FAST)
-    assert out.status == "failed" and "PermissionError" in out.detail  # ... not to the program
+    assert out.status == "failed" and re.match("(PermissionError|FileNotFoundError)", out.detail)  # not to it
 
 
 def test_network_is_unreachable_even_to_a_local_listener():

@@ -15,7 +15,7 @@ import time
 
 from .types import UsageError
 
-COMMAND_MODULES: list[str] = ["sbd_bench.report", "sbd_bench.compare", "sbd_bench.roofline"]  # e.g. "sbd_bench.training"; each adds its own subcommand
+COMMAND_MODULES: list[str] = ["sbd_bench.report", "sbd_bench.compare", "sbd_bench.roofline"]  # each adds a subcommand
 
 
 def _progress(done: int, total: int, elapsed: float, what: str) -> None:

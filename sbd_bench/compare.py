@@ -23,6 +23,10 @@ from .metrics import example_key, summarize
 from .records import load_run, write_text_atomic
 from .types import UsageError
 
+
+class CompareError(UsageError):
+    """Two runs that cannot be compared; the message says why and what to do."""
+
 EPS = 1e-9  # "any change" still ignores float noise in means of identical integers
 
 
@@ -59,10 +63,17 @@ def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[lis
     run_summary, run_records = load_run(run_dir)
     shared = {example_key(r) for r in base_records} & {example_key(r) for r in run_records}
     if not shared:
-        raise UsageError(f"{run_dir} and {baseline_dir} share no example (task, id): compare runs of the same tasks")
+        raise CompareError(f"{run_dir} and {baseline_dir} share no example (task, id): compare runs of the same tasks")
+    changed = _changed_prompts(base_records, run_records, shared)
+    if changed:
+        raise CompareError(f"{len(changed)} shared example(s) have different prompts in {baseline_dir} and {run_dir} "
+                           f"(first: {'/'.join(changed[0])}): the task changed, so nothing compares; refresh the "
+                           f"baseline deliberately (README, 'Measurement')")
     base_rows = {(r["config"], r["task"]): r for r in summarize(r for r in base_records if example_key(r) in shared)}
     run_rows = {(r["config"], r["task"]): r for r in summarize(r for r in run_records if example_key(r) in shared)}
     notes = _setting_notes(base_summary, run_summary)
+    notes += [f"{d} is incomplete: only its finished samples are compared" for d, summary in
+              ((baseline_dir, base_summary), (run_dir, run_summary)) if not summary.get("complete")]
     body, regressions = [], []
     for key, row in run_rows.items():
         base = base_rows.get(key)
@@ -80,6 +91,15 @@ def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[lis
     for key in sorted({(r["config"], r["task"]) for r in base_records} - run_rows.keys()):
         notes.append(f"{key[0]} on {key[1]} is in the baseline but not in this run (not compared)")
     return body, regressions, notes
+
+
+def _changed_prompts(base_records, run_records, shared) -> list[tuple[str, str]]:
+    """Shared (task, id) keys whose prompt differs (records without ``prompt_hash`` are not checked)."""
+    hashes: dict[tuple[str, str], set[str]] = {}
+    for r in [*base_records, *run_records]:
+        if r.get("prompt_hash") and example_key(r) in shared:
+            hashes.setdefault(example_key(r), set()).add(r["prompt_hash"])
+    return sorted(k for k, seen in hashes.items() if len(seen) > 1)
 
 
 def _setting_notes(base: dict, run: dict) -> list[str]:

@@ -15,12 +15,14 @@ example is recorded with its error and the sweep goes on; SIGTERM is handled lik
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import signal
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -80,7 +82,13 @@ class RunConfig:
             raise UsageError(f"--warmup must be >= 0 (got {self.warmup})")
 
     def to_json(self) -> dict:
-        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+        """The settings as recorded in provenance; paths made absolute so `--resume` works from anywhere."""
+        data = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+        data["plugins"] = [str(Path(p).resolve()) for p in self.plugins]
+        data["tasks"] = [str(Path(t).resolve()) if Path(t).is_file() else t for t in self.tasks]
+        if Path(self.model).is_dir():
+            data["model"] = str(Path(self.model).resolve())
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> "RunConfig":
@@ -115,7 +123,9 @@ def provenance(cfg: RunConfig, lm: LoadedModel) -> dict:
     import transformers
 
     dev = lm.device
-    gpu = nvml_for(dev.index or 0).versions() if dev.type == "cuda" else {}
+    gpu = {}
+    if dev.type == "cuda":
+        gpu = nvml_for(dev.index if dev.index is not None else torch.cuda.current_device()).versions()
     model_config = lm.model.config.to_dict()
     return {
         "git_commit": _git("rev-parse", "HEAD"),
@@ -183,7 +193,14 @@ def failed_sample(task: Task, example: Example, prompt_ids: list[int], solver: S
 
 def _identity(task, example, prompt_ids, solver, cfg, repeat) -> dict:
     return {"task": task.name, "id": example.id, "solver": solver.name, "params": solver.params,
-            "config": solver.label, "block_size": cfg.block_size, "repeat": repeat, "prompt_tokens": len(prompt_ids)}
+            "config": solver.label, "block_size": cfg.block_size, "repeat": repeat, "prompt_tokens": len(prompt_ids),
+            "prompt_hash": prompt_hash(prompt_ids)}
+
+
+def prompt_hash(prompt_ids: list[int]) -> str:
+    """Identifies the exact prompt, so that `compare` notices a task whose example ids stayed but whose
+    prompts changed (then nothing it compares would mean anything)."""
+    return hashlib.sha256(json.dumps(prompt_ids).encode()).hexdigest()[:12]
 
 
 def measure_sample(lm, task, example, ids, solver, cfg, repeat) -> dict:
@@ -203,7 +220,7 @@ def _sigterm_as_interrupt():
     def handler(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
-    if threading_is_main():
+    if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
         previous = signal.signal(signal.SIGTERM, handler)
         try:
             yield
@@ -211,12 +228,6 @@ def _sigterm_as_interrupt():
             signal.signal(signal.SIGTERM, previous)
     else:
         yield
-
-
-def threading_is_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 def plan_work(cfg: RunConfig, tasks: list[Task], lm: LoadedModel) -> list[tuple[Task, Example, list[int]]]:
@@ -257,6 +268,16 @@ def cost_curve_context(work, cfg: RunConfig) -> int:
     return int(sum(len(ids) for _, _, ids in work) / len(work) + budget // 2)
 
 
+def _measure_cost_curve(lm, work, cfg: RunConfig, summary: dict) -> None:
+    """The per-forward cost curve for the cost model; a failure here is recorded, never fatal."""
+    from .roofline import measure_cost_curve
+
+    try:
+        summary["cost_curve"] = measure_cost_curve(lm, cfg.block_size, cost_curve_context(work, cfg))
+    except Exception as exc:
+        summary["cost_curve"], summary["cost_curve_error"] = None, f"{type(exc).__name__}: {exc}"
+
+
 def _open_run_folder(cfg: RunConfig, resume: bool) -> tuple[Path, dict | None]:
     out = Path(cfg.out)
     if resume:
@@ -294,13 +315,12 @@ def run(cfg: RunConfig, progress=None, resume: bool = False) -> Path:
     planned = plan_samples(work, solvers, cfg.repeats)
     done = {metrics.sample_key(r) for r in read_records(out / SAMPLES)}
     todo = [s for s in planned if _key(s[0], s[1], s[3], s[4]) not in done]
-    if todo:
-        warm_up(lm, work, solvers, cfg)
-    if cfg.cost_curve and not summary.get("cost_curve"):
-        from .roofline import measure_cost_curve
-
-        summary["cost_curve"] = measure_cost_curve(lm, cfg.block_size, cost_curve_context(work, cfg))
-    _sweep(lm, todo, cfg, out, summary, len(planned), len(planned) - len(todo), progress)
+    with _sigterm_as_interrupt():
+        if todo:
+            warm_up(lm, work, solvers, cfg)
+        if cfg.cost_curve and not summary.get("cost_curve"):
+            _measure_cost_curve(lm, work, cfg, summary)
+        _sweep(lm, todo, cfg, out, summary, len(planned), len(planned) - len(todo), progress)
     if cfg.report:
         from .report import write_report
 
@@ -312,14 +332,13 @@ def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progr
     writer = RecordWriter(out / SAMPLES)
     started = time.perf_counter()
     try:
-        with _sigterm_as_interrupt():
-            for task, example, ids, repeat, solver in todo:
-                record = measure_sample(lm, task, example, ids, solver, cfg, repeat)
-                writer.write(record)
-                done += 1
-                if progress:
-                    status = f" FAILED: {record['error']}" if record["error"] else ""
-                    progress(done, total, time.perf_counter() - started, f"{task.name}/{example.id} {solver.label}{status}")
+        for task, example, ids, repeat, solver in todo:
+            record = measure_sample(lm, task, example, ids, solver, cfg, repeat)
+            writer.write(record)
+            done += 1
+            if progress:
+                status = f" FAILED: {record['error']}" if record["error"] else ""
+                progress(done, total, time.perf_counter() - started, f"{task.name}/{example.id} {solver.label}{status}")
     finally:
         writer.close()
         write_summary(out, summary, total)

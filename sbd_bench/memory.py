@@ -38,15 +38,21 @@ def process_max_rss_bytes() -> int:
 
 
 class Nvml:
-    """A handle on one GPU through NVML, or the reason there is none (``error``)."""
+    """A handle on one GPU through NVML, or the reason there is none (``error``). ``uuid`` (from torch)
+    finds the right GPU when CUDA_VISIBLE_DEVICES renumbers them; the index is the fallback."""
 
-    def __init__(self, index: int = 0):
+    def __init__(self, index: int = 0, uuid: str | None = None):
         self.handle, self.error = None, None
         try:
             import pynvml
 
             pynvml.nvmlInit()
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            try:
+                self.handle = pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else None
+            except pynvml.NVMLError:
+                self.handle = None
+            if self.handle is None:
+                self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         except ImportError:
             self.error = "unavailable: nvidia-ml-py is not installed"
         except Exception as exc:  # pynvml.NVMLError and its many subclasses: no driver, no GPU
@@ -88,10 +94,28 @@ _NVML: dict[int, Nvml] = {}
 
 
 def nvml_for(index: int) -> Nvml:
-    """One NVML handle per GPU index per process (nvmlInit is not free)."""
+    """One NVML handle per CUDA device index per process (nvmlInit is not free)."""
     if index not in _NVML:
-        _NVML[index] = Nvml(index)
+        _NVML[index] = Nvml(index, _cuda_uuid(index))
     return _NVML[index]
+
+
+def _cuda_index(device) -> int:
+    if getattr(device, "index", None) is not None:
+        return device.index
+    import torch
+
+    return torch.cuda.current_device()
+
+
+def _cuda_uuid(index: int) -> str | None:
+    try:
+        import torch
+
+        uuid = str(torch.cuda.get_device_properties(index).uuid)
+        return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+    except Exception:  # no CUDA, or a torch without the property: fall back to the index
+        return None
 
 
 class MemoryMonitor:
@@ -101,7 +125,7 @@ class MemoryMonitor:
         self.cuda = getattr(device, "type", str(device)) == "cuda"
         # on a CPU the sampler competes with the timed threads for cores: wake it less often
         self.device, self.interval_s = device, interval_s or (0.01 if self.cuda else 0.05)
-        self.nvml = nvml_for(device.index or 0) if self.cuda else None
+        self.nvml = nvml_for(_cuda_index(device)) if self.cuda else None
         self.result: dict = {}
         self._stop = threading.Event()
         self._peaks = {"rss": None, "nvml": None}
@@ -127,14 +151,17 @@ class MemoryMonitor:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._stop.set()  # first: the sampler must stop even when the body raised (an OOM, say)
+        self._thread.join()
         torch_peak = None
         if self.cuda:
             import torch
 
-            torch.cuda.synchronize(self.device)
-            torch_peak = int(torch.cuda.max_memory_allocated(self.device))
-        self._stop.set()
-        self._thread.join()
+            try:
+                torch.cuda.synchronize(self.device)
+                torch_peak = int(torch.cuda.max_memory_allocated(self.device))
+            except RuntimeError:  # a broken CUDA context after a failure: leave the figure out
+                pass
         self._sample()  # the last state counts too, even for work shorter than one interval
         if self.cuda:
             headline, source = torch_peak, "torch.cuda.max_memory_allocated"

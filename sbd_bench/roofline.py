@@ -15,7 +15,9 @@ Only ``measure_cost_curve`` imports torch (inside the function): ``report`` impo
 """
 from __future__ import annotations
 
+import json
 import sys
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from statistics import mean, median
@@ -162,9 +164,13 @@ def prediction_columns(summary: dict, records: list[dict], hardware=("H100",), b
 
 
 # ------------------------------------------------------------------------ measuring on this machine
-def measure_cost_curve(lm, block_size: int, context: int, reps: int = 10, warmup: int = 3) -> dict:
-    """Median time of one forward with 1, k, 1+k and 2k query tokens over a cache of ``context`` random
-    tokens, through the core's own forward (sizes interleaved, device synchronised around each)."""
+def measure_cost_curve(lm, block_size: int, context: int, reps: int = 30, warmup: int = 3,
+                       budget_s: float = 3.0) -> dict:
+    """Time of one forward with 1, k, 1+k and 2k query tokens over a cache of ``context`` random tokens,
+    through the core's own forward (sizes interleaved, device synchronised around each): ``time_s``
+    holds medians (what predictions use, like the medians of measured decodes), ``min_time_s`` minima
+    (the least disturbed figure on a shared machine). Stops early, after at least 5 timed rounds, once
+    ``budget_s`` seconds are spent: a big model on a slow machine must not spend minutes here."""
     import torch
 
     from .cache import KVCache
@@ -180,7 +186,10 @@ def measure_cost_curve(lm, block_size: int, context: int, reps: int = 10, warmup
     decoder.prefill(torch.randint(0, vocab, (1, context), generator=gen).to(device), cache)
     shapes = {1: 1, k: 0, 1 + k: 1, 2 * k: k}  # query tokens -> how many of them are causal
     times: dict[int, list[float]] = {q: [] for q in shapes}
+    started = time.perf_counter()
     for rep in range(warmup + reps):
+        if rep >= warmup + 5 and time.perf_counter() - started > budget_s:
+            break
         for q, n_causal in shapes.items():
             ids = torch.randint(0, vocab, (1, q), generator=gen).to(device)
             positions = torch.arange(context, context + q, device=device)[None]
@@ -192,8 +201,8 @@ def measure_cost_curve(lm, block_size: int, context: int, reps: int = 10, warmup
             if rep >= warmup:
                 times[q].append(elapsed)
     qs = sorted(times)
-    return {"block_size": k, "context": context, "reps": reps, "device": str(device),
-            "query_tokens": qs, "time_s": [median(times[q]) for q in qs]}
+    return {"block_size": k, "context": context, "reps": len(times[1]), "device": str(device),
+            "query_tokens": qs, "time_s": [median(times[q]) for q in qs], "min_time_s": [min(times[q]) for q in qs]}
 
 
 # ------------------------------------------------------------------------------------------ the CLI
@@ -215,6 +224,9 @@ def cmd_roofline(args) -> int:
         if args.dims not in PRESETS:
             raise UsageError(f"--dims {args.dims!r} needs a RUN_DIR; without one use a preset: {', '.join(PRESETS)}")
         print("\n".join(_curve_table(PRESETS[args.dims], args.block_size, args.context, args.batch)))
+        dims = PRESETS[args.dims]
+        print(json.dumps({hw.name: {str(q): forward_time(dims, hw, q, args.context, args.batch)
+                                    for q in (1, args.block_size, 2 * args.block_size)} for hw in HARDWARE.values()}))
         return 0
     unknown = [h for h in args.hardware.split(",") if h not in HARDWARE]
     if unknown:
@@ -238,6 +250,7 @@ def cmd_roofline(args) -> int:
     if curve:
         print("measured forward times (ms): " + ", ".join(
             f"q={q}: {t * 1e3:.3f}" for q, t in zip(curve["query_tokens"], curve["time_s"])), file=sys.stderr)
+    print(json.dumps({"rows": len(rows), "predictions": names}))
     return 0
 
 

@@ -100,3 +100,18 @@ def test_bad_input_is_one_line(baseline, tmp_path, capsys):
     assert code == 2 and err.count("\n") == 1
     code, _, err = compare(capsys, baseline, baseline, "--wall-tol", "-1")
     assert code == 2 and "tolerances" in err
+
+
+def test_changed_prompts_cannot_be_compared(tmp_path, capsys):
+    records = standard_records()
+    for r in records:
+        r["prompt_hash"] = f"h{r['task']}{r['id']}"
+    base = crafted_run(tmp_path / "baseline", records)
+
+    def new_prompt(recs):
+        for r in recs:
+            if (r["task"], r["id"]) == ("copy", "3"):
+                r["prompt_hash"] = "other"
+
+    code, _, err = compare(capsys, base, run_with(tmp_path, new_prompt, records=records))
+    assert code == 2 and "1 shared example(s) have different prompts" in err and "copy/3" in err

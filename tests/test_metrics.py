@@ -1,7 +1,6 @@
 """Every metric on crafted records (exact figures), plus the record invariants the decoding core must
 keep (nfe excludes prefill; tokens exclude the prompt, masks and whatever follows the stop)."""
 import math
-from pathlib import Path
 
 import pytest
 

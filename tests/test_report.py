@@ -41,6 +41,22 @@ def test_report_writes_tables_and_plots(run_dir):
     assert {r["config"] for r in rows} == set(cells) and "pred_measured" in rows[0]
 
 
+def test_accuracy_vs_speed_axes(tmp_path):
+    from sbd_bench.metrics import summarize
+
+    rows = summarize(standard_records())
+    fig = report.plot_accuracy_vs_speed(rows, tmp_path / "p.png")
+    speed = {(r["config"], r["task"]): r["speed_factor_nfe"] for r in rows}
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in axes] == ["arith", "copy"]
+    for ax in axes:
+        assert ax.get_xlim()[0] == 0 and "relative to NTP" in ax.get_xlabel()
+        [front] = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+        # entropy_bounded (100%, 2.09x) and fixed_k (60%, 3.6x) are on the front; ntp (100%, 1x) is dominated
+        expected = sorted(speed[(c, ax.get_title())] for c in ("entropy_bounded:gamma=0.35,proxy=entropy", "fixed_k:k=4"))
+        assert sorted(front.get_xdata()) == pytest.approx(expected) and expected[0] > 1
+
+
 def test_incomplete_run_is_flagged(tmp_path):
     run_dir = crafted_run(tmp_path / "run", standard_records(n=2), complete=False)
     assert "Incomplete run" in report.write_report(run_dir).read_text()

@@ -2,7 +2,6 @@
 what is missing, and the records then equal those of an uninterrupted run (timings aside); a
 configuration that fails is recorded with its error and the sweep goes on."""
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import pytest
 
 from measure_fixtures import make_task_file, make_tiny_model
 from sbd_bench import metrics
+from sbd_bench.cli import main
 from sbd_bench.harness import RunConfig, resume, run
 from sbd_bench.records import read_records
 from sbd_bench.types import UsageError
@@ -129,7 +129,7 @@ def test_sigterm_marks_incomplete_and_resume_finishes(setup, tmp_path):
     assert 0 < len(recorded) < 12 and summary["rows"]
     with pytest.raises(UsageError, match="--resume"):
         run(cfg)  # starting afresh in the same folder would lose the records
-    resume(out)
+    assert main(["run", "--resume", str(out)]) == 0  # through the CLI this time
     records = read_records(out / "samples.jsonl")
     assert len(records) == len({metrics.sample_key(r) for r in records}) == 12
     assert json.loads((out / "summary.json").read_text())["complete"] is True
@@ -146,3 +146,9 @@ def test_failing_configuration_is_recorded_and_the_sweep_goes_on(setup, tmp_path
     assert summary["complete"] is True and len(summary["failures"]) == 6
     row = next(r for r in summary["rows"] if r["solver"] == "always_oom")
     assert row["errors"] == 6 and row["n"] == 0
+
+
+def test_resume_of_a_folder_that_is_not_a_run(tmp_path, capsys):
+    assert main(["run", "--resume", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "not a run folder" in err

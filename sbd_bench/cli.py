@@ -68,6 +68,7 @@ def cmd_run(args) -> int:
                         seed=args.seed, plugins=args.plugins, device=args.device, dtype=args.dtype,
                         attn_implementation=args.attn, command=command, repeats=args.repeats, warmup=args.warmup,
                         cost_curve=not args.no_cost_curve, report=not args.no_report, threads=args.threads,
+                        chat_template=args.chat_template, thinking={"on": True, "off": False}.get(args.thinking),
                         batch_size=args.batch_size, fast=args.fast, device_map=args.device_map)
         if distributed.launched():
             run_dir = distributed.run_data_parallel(cfg, progress=_progress)
@@ -108,6 +109,7 @@ def cmd_list(args) -> int:
         tag = " [suite]" if cls.suite else ""
         print(f"  {name:<16} {cls.description}{tag}")
     print("  FILE.jsonl       any JSONL file with id, prompt and optional answer per line")
+    print("  NAME:path=FILE   a benchmark read from a local data file, e.g. gsm8k:path=gsm8k_test.jsonl")
     return 0
 
 
@@ -120,7 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.add_argument("--solver", default="all",
                        help="'all', a name, a comma list, sweeps 'entropy_bounded:gamma=0.1,0.35;proxy=margin', "
                             "several joined by '+' (ntp is always added as the baseline)")
-    run_p.add_argument("--task", default="suite", help="task names, 'suite' or JSONL files, comma separated")
+    run_p.add_argument("--task", default="suite",
+                       help="task names, 'suite' or JSONL files, comma separated; benchmarks read a local file: "
+                            "gsm8k:path=FILE (see 'list')")
+    run_p.add_argument("--chat-template", action="store_true",
+                       help="benchmark prompts through the tokenizer's chat template (instruct/reasoning models)")
+    run_p.add_argument("--thinking", choices=["on", "off"], default=None,
+                       help="reasoning mode of the chat template (enable_thinking); default: the template's own")
     run_p.add_argument("--block-size", type=int, default=16)
     run_p.add_argument("--max-new-tokens", type=int, default=None, help="default: each task's own budget")
     run_p.add_argument("--limit", type=int, default=None, help="first N examples of each task")

@@ -64,6 +64,8 @@ class RunConfig:
     cost_curve: bool = True  # time 1, k, 1+k, 2k-token forwards for the cost model
     report: bool = True  # write the report (tables, plots) at the end
     threads: int | None = None  # torch CPU threads; 1 gives steadier timings on a busy machine
+    chat_template: bool = False  # prompts through the tokenizer's chat template (benchmark tasks)
+    thinking: bool | None = None  # the template's enable_thinking; None: its default
     batch_size: int = 1  # sequences decoded together (batching.py); records are those of batch 1
     fast: bool | None = None  # preallocated cache + CUDA graphs; None: on for a model on one CUDA device
     device_map: str | None = None  # e.g. "auto": spread a model too large for one GPU (accelerate)
@@ -190,6 +192,7 @@ def sample_record(task: Task, example: Example, prompt_ids: list[int], solver: S
                   repeat: int, gen, memory: dict, batch_size: int = 1) -> dict:
     """The record of one decoded sample; at batch size B its timings and memory are its batch's,
     the times divided by B (batching.py)."""
+    correct, detail = task.verdict(example, gen.output_text)
     return {
         **_identity(task, example, prompt_ids, solver, cfg, repeat),
         "output_ids": gen.output_ids, "output_text": gen.output_text,
@@ -197,10 +200,10 @@ def sample_record(task: Task, example: Example, prompt_ids: list[int], solver: S
         "prefill_forwards": gen.prefill_forwards, "revealed_per_forward": gen.revealed_per_forward,
         "forwards_per_block": gen.forwards_per_block,
         "wall_time_s": gen.prefill_time_s + gen.decode_time_s, "prefill_time_s": gen.prefill_time_s,
-        "decode_time_s": gen.decode_time_s, "correct": task.score(example, gen.output_text),
+        "decode_time_s": gen.decode_time_s, "correct": correct,
         "answer": example.answer, "error": None,
         "peak_memory_bytes": memory["peak_memory_bytes"], "peak_memory_source": memory["peak_memory_source"],
-        "memory": memory, "batch_size": batch_size,
+        "memory": memory, "score_detail": detail, "batch_size": batch_size,
     }
 
 
@@ -213,7 +216,7 @@ def failed_sample(task: Task, example: Example, prompt_ids: list[int], solver: S
             "prefill_forwards": 0, "revealed_per_forward": [], "forwards_per_block": [],
             "wall_time_s": None, "prefill_time_s": None, "decode_time_s": None, "correct": None,
             "answer": example.answer, "error": message, "peak_memory_bytes": None, "peak_memory_source": None,
-            "memory": None}
+            "memory": None, "score_detail": None}
 
 
 def _identity(task, example, prompt_ids, solver, cfg, repeat) -> dict:
@@ -323,7 +326,8 @@ def _open_run_folder(cfg: RunConfig, resume: bool) -> tuple[Path, dict | None]:
 
 def run(cfg: RunConfig, progress=None, resume: bool = False) -> Path:
     solvers = parse_solver_spec(cfg.solvers, solver_registry(cfg.plugins))
-    tasks = [load_task(name) for name in cfg.tasks]
+    options = {"chat_template": cfg.chat_template or None, "thinking": cfg.thinking}
+    tasks = [load_task(name, **{k: v for k, v in options.items() if v is not None}) for name in cfg.tasks]
     lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, attn_implementation=cfg.attn_implementation,
                     device_map=cfg.device_map)
     if cfg.threads:

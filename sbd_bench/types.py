@@ -162,6 +162,11 @@ class Task:
             return None
         return output.strip() == example.answer.strip()
 
+    def verdict(self, example: Example, output: str) -> tuple[bool | None, dict | None]:
+        """``score`` plus an optional detail for the sample record's ``score_detail`` (the extracted
+        answer, per-test outcomes of generated code). Override when there is more to say."""
+        return self.score(example, output), None
+
 
 # ----------------------------------------------------------------------------------------- records
 @dataclass
@@ -189,7 +194,7 @@ SAMPLE_FIELDS = (
     "prompt_tokens", "output_ids", "output_text", "stop_reason", "tokens", "nfe",
     "prefill_forwards", "revealed_per_forward", "forwards_per_block",
     "wall_time_s", "prefill_time_s", "decode_time_s", "correct", "answer", "error",
-    "peak_memory_bytes", "peak_memory_source", "memory", "prompt_hash",
+    "peak_memory_bytes", "peak_memory_source", "memory", "prompt_hash", "score_detail",
 )
 
 # One row of summary.json "rows" (per solver configuration x task).

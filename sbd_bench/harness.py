@@ -385,6 +385,10 @@ def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progr
                          f"{record['task']}/{record['id']} {record['config']}{status}")
     finally:
         writer.close()
+        if use_fast_path(cfg, lm):  # which way the forwards ran (CUDA graphs, or why not)
+            from .fastpath import FastPath
+
+            summary["provenance"]["fast_path"] = FastPath.for_model(lm).status
         write_summary(out, summary, total)
 
 

@@ -125,3 +125,21 @@ def test_sliding_window_models_keep_the_reference_cache():
 
     assert _plain_static_layers(LlamaConfig(num_hidden_layers=2))
     assert not _plain_static_layers(MistralConfig(num_hidden_layers=2, sliding_window=64))  # windowed layers
+
+
+def test_run_with_fast_records_the_same_samples_and_the_path(lm, tmp_path):
+    import json
+
+    from sbd_bench.harness import RunConfig, read_records, run
+
+    task = tmp_path / "t.jsonl"
+    task.write_text("".join(json.dumps({"id": str(i), "prompt": p}) + "\n" for i, p in enumerate(["1+2=", "34*5="])))
+    runs = {}
+    for fast in (False, True):
+        out = tmp_path / f"fast-{fast}"
+        run(RunConfig(model=lm.path, tasks=[str(task)], solvers="entropy_bounded", out=out, block_size=4,
+                      max_new_tokens=8, device="cpu", dtype="float32", fast=fast, cost_curve=False, report=False))
+        runs[fast] = [(r["config"], r["output_ids"], r["nfe"]) for r in read_records(out / "samples.jsonl")]
+        status = json.loads((out / "summary.json").read_text())["provenance"].get("fast_path")
+        assert status == ("static cache, eager (graphs need CUDA)" if fast else None)
+    assert runs[True] == runs[False]

@@ -64,6 +64,8 @@ class BatchDecoder:
     def generate(self, prompts: list[list[int]], solver: Solver) -> list[Generation]:
         d, lm = self.d, self.d.lm
         device, k = lm.device, d.block_size
+        if not prompts:
+            return []
         for ids in prompts:
             if not ids:
                 raise DecodeError("empty prompt: the core needs at least one prompt token")

@@ -145,6 +145,8 @@ def load_model(
         model.to(dev)
     else:  # inputs go where the embeddings are; accelerate's hooks move activations between devices
         dev = model.get_input_embeddings().weight.device
+        if dev.type == "meta":  # embeddings offloaded: their hook runs them on the first GPU
+            dev = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     model.eval()
     max_pos = getattr(config, "max_position_embeddings", None)
     return LoadedModel(

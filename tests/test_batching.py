@@ -180,3 +180,19 @@ def test_bad_scale_flags_are_one_line_errors(model_dir, tmp_path, capsys, args, 
                  "--out", str(tmp_path / "run"), *args])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and message in err[0]
+
+
+def test_throughput_command_writes_its_figures(model_dir, tmp_path, capsys):
+    from sbd_bench.cli import main
+
+    out = tmp_path / "throughput.json"
+    code = main(["throughput", "--model", str(model_dir), "--task", str(_task_file(tmp_path / "t.jsonl")),
+                 "--solver", "fixed_k", "--batch-sizes", "1,3", "--limit", "4", "--block-size", "4",
+                 "--max-new-tokens", "6", "--device", "cpu", "--out", str(out)])
+    assert code == 0
+    result = json.loads(out.read_text())
+    assert [(r["config"], r["batch_size"]) for r in result["rows"]] == [("ntp", 1), ("ntp", 3), ("fixed_k:k=2", 1),
+                                                                       ("fixed_k:k=2", 3)]
+    assert all(r["outputs_match_batch_1"] and r["tokens_per_s"] > 0 for r in result["rows"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["errors"] == 0
+    assert main(["throughput", "--model", str(model_dir), "--batch-sizes", "0,2"]) == 2  # bad input: one line

@@ -20,9 +20,18 @@ FIELDS = ("output_ids", "output_text", "stop_reason", "nfe", "prefill_forwards",
           "forwards_per_block")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models on a shared 2-core machine: one thread is several times faster than two that wait
+    for each other; restored afterwards, so other test files keep their setting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def lm(tmp_path_factory):
-    torch.set_num_threads(1)
     path = build_tiny_model(tmp_path_factory.mktemp("llama"), max_positions=48)
     model = load_model(path, device="cpu", dtype="float32")
     dash = model.tokenizer.convert_tokens_to_ids("-")

@@ -13,9 +13,18 @@ from sbd_bench.model import load_model
 from sbd_bench.registry import parse_solver_spec, solver_registry
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models on a shared 2-core machine: one thread is several times faster than two that wait
+    for each other; restored afterwards, so other test files keep their setting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module", params=["llama", "qwen3"])
 def lm(request, tmp_path_factory):
-    torch.set_num_threads(1)
     path = build_tiny_model(tmp_path_factory.mktemp(request.param), family=request.param, max_positions=128)
     return load_model(path, device="cpu", dtype="float32")
 

@@ -194,7 +194,7 @@ SAMPLE_FIELDS = (
     "prompt_tokens", "output_ids", "output_text", "stop_reason", "tokens", "nfe",
     "prefill_forwards", "revealed_per_forward", "forwards_per_block",
     "wall_time_s", "prefill_time_s", "decode_time_s", "correct", "answer", "error",
-    "peak_memory_bytes", "peak_memory_source", "memory", "prompt_hash", "score_detail",
+    "peak_memory_bytes", "peak_memory_source", "memory", "prompt_hash", "score_detail", "batch_size",
 )
 
 # One row of summary.json "rows" (per solver configuration x task).

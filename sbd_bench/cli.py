@@ -15,8 +15,8 @@ import time
 
 from .types import UsageError
 
-COMMAND_MODULES: list[str] = ["sbd_bench.report", "sbd_bench.compare", "sbd_bench.roofline",
-                              "sbd_bench.throughput"]  # each adds a subcommand
+COMMAND_MODULES: list[str] = ["sbd_bench.training", "sbd_bench.report", "sbd_bench.compare", "sbd_bench.roofline",
+                              "sbd_bench.throughput"]  # each adds its own subcommand
 
 
 def _progress(done: int, total: int, elapsed: float, what: str) -> None:

@@ -1,0 +1,538 @@
+"""SBD fine-tuning (SBD.md §2) and its NTP twin: ``python -m sbd_bench train``.
+
+    python -m sbd_bench train --out models/sbd-tiny                     # tiny Llama from scratch, suite
+    python -m sbd_bench train --out models/ntp-tiny --objective ntp      # the NTP twin, same data/steps
+    python -m sbd_bench train --base path/to/hf_model --data pairs.jsonl --out ft/  # fine-tune a model
+
+The SBD objective, per step with one block size k ~ U{kmin..kmax}:
+  input       [x_1..x_L | x̂_1..x̂_L], both halves with position ids 0..L-1; x̂_i is the mask token
+              with probability η, η ~ U(0,1) drawn per sequence
+  blocks      block(p) = floor((p - c) / k), c = where the completion starts: blocks line up with
+              the completion as they do at inference; the last block is padded to k with pad targets
+              after EOS (at inference it holds masked slots past EOS)
+  attention   clean->clean causal; noisy->noisy same block, both ways; noisy->clean strictly earlier
+              blocks; clean->noisy never. An additive float mask (a boolean one is ignored by eager
+              attention, STACK.md)
+  loss        next-token CE on the clean half (completion targets only: prompt tokens carry no loss)
+              plus CE on the masked positions of the noisy half (unshifted), as ONE token-mean over
+              both label sets: sum(CE) / (#NTP targets + #masked targets). No weights, no 1/η.
+The NTP objective is the clean half alone, with the same batches, prompts and targets.
+
+Batches, k, η and masks of step s come from a generator seeded with (seed, s), so a run resumed from a
+checkpoint continues exactly as the uninterrupted run would (on CPU).
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .types import UsageError
+
+STATE_FILE = "training_state.pt"
+LOG_FILE = "training_log.jsonl"
+ARGS_FILE = "training_args.json"
+IGNORE = -100
+
+
+class TrainError(UsageError):
+    """Bad training input; the message names the problem and the fix."""
+
+
+@dataclass
+class TrainConfig:
+    out: str
+    base: str | None = None  # HF folder to fine-tune; None: a tiny Llama from scratch
+    data: str = "suite"  # task names / 'suite' / a JSONL file with prompt + completion
+    objective: str = "sbd"
+    steps: int = 2000
+    batch_size: int = 32
+    lr: float = 1e-3
+    warmup: int = 100
+    weight_decay: float = 0.01
+    min_block_size: int = 2
+    block_size: int = 16  # k ~ U{min_block_size..block_size}
+    seed: int = 0
+    train_examples: int = 20000  # per built-in task
+    save_every: int = 250
+    log_every: int = 25
+    resume: bool = False
+    overwrite: bool = False
+    device: str = "cpu"
+    threads: int | None = None
+    # from-scratch model (ignored with --base)
+    hidden_size: int = 256
+    layers: int = 4
+    heads: int = 4
+    intermediate_size: int = 512
+    max_positions: int = 128
+    command: str = ""
+
+    def __post_init__(self):
+        if self.objective not in ("sbd", "ntp"):
+            raise TrainError(f"--objective must be sbd or ntp (got {self.objective!r})")
+        if not 2 <= self.min_block_size <= self.block_size:
+            raise TrainError(f"block sizes must satisfy 2 <= --min-block-size <= --block-size "
+                             f"(got {self.min_block_size}, {self.block_size}); k=0 or 1 is no block")
+        for name in ("steps", "batch_size", "save_every", "log_every", "train_examples"):
+            if getattr(self, name) < 1:
+                raise TrainError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        if not self.lr > 0:
+            raise TrainError(f"--lr must be > 0 (got {self.lr})")
+        if self.resume and self.overwrite:
+            raise TrainError("--resume and --overwrite exclude each other: resume continues, overwrite starts over")
+
+
+# ------------------------------------------------------------------------------- the objective
+def block_ids(length: int, completion_start, k: int):
+    """(B, L) block index of each position; blocks start at the completion start (negative in the
+    prompt). ``completion_start`` is a (B,) tensor."""
+    import torch
+
+    pos = torch.arange(length, device=completion_start.device)[None]  # (1, L)
+    return torch.div(pos - completion_start[:, None], k, rounding_mode="floor")
+
+
+def sbd_attention_allowed(length: int, completion_start, k: int):
+    """(B, 2L, 2L) bool: which key each query of the two-copy input may attend to (SBD.md §2)."""
+    import torch
+
+    blk = block_ids(length, completion_start, k)  # (B, L)
+    B, L = blk.shape
+    q_blk, k_blk = blk[:, :, None], blk[:, None, :]  # (B, L, 1), (B, 1, L)
+    causal = torch.ones(L, L, dtype=torch.bool, device=blk.device).tril().expand(B, L, L)
+    allowed = torch.zeros(B, 2 * L, 2 * L, dtype=torch.bool, device=blk.device)
+    allowed[:, :L, :L] = causal  # clean -> clean
+    allowed[:, L:, L:] = q_blk == k_blk  # noisy -> noisy: same block, both ways
+    allowed[:, L:, :L] = k_blk < q_blk  # noisy -> clean: strictly earlier blocks
+    return allowed  # clean -> noisy stays False
+
+
+def additive_mask(allowed, dtype):
+    """bool (B, Q, K) -> float (B, 1, Q, K): 0 where allowed, the dtype's minimum elsewhere."""
+    import torch
+
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[:, None]
+
+
+@dataclass
+class Batch:
+    """One step's tensors. ``ids`` (B, L) clean sequences, right-padded; ``ntp_labels`` (B, L) the
+    next-token target of each position or -100; for SBD, ``noisy`` (B, L) the second copy,
+    ``matp_labels`` (B, L) the target at each masked position or -100, ``mask`` (B, 1, 2L, 2L)."""
+
+    ids: object
+    ntp_labels: object
+    k: int
+    noisy: object = None
+    matp_labels: object = None
+    mask: object = None
+    tokens: int = 0  # real (unpadded) tokens in the clean half: the throughput unit
+
+
+def make_batch(pairs, indices, k: int, objective: str, generator, pad_id: int, mask_id: int, dtype=None):
+    """Build a batch from (prompt_ids, completion_ids) pairs; completions already end with EOS."""
+    import torch
+
+    dtype = dtype or torch.float32
+    rows, starts, ends, padded_ends = [], [], [], []
+    for i in indices:
+        prompt, completion = pairs[i]
+        c, n = len(prompt), len(completion)
+        rows.append(list(prompt) + list(completion))
+        starts.append(c)
+        ends.append(c + n)
+        padded_ends.append(c + math.ceil(n / k) * k)  # the last block, padded with pad targets
+    L = max(padded_ends)
+    B = len(rows)
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    for b, row in enumerate(rows):
+        ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+    pos = torch.arange(L)[None]  # (1, L)
+    start, end, pend = (torch.tensor(v)[:, None] for v in (starts, ends, padded_ends))  # (B, 1) each
+    # clean half: logit t predicts token t+1, for completion tokens only (EOS included)
+    ntp_labels = torch.full((B, L), IGNORE, dtype=torch.long)
+    target_pos = pos + 1
+    has_target = (target_pos >= start) & (target_pos < end)
+    ntp_labels[:, :-1] = torch.where(has_target[:, :-1], ids[:, 1:], IGNORE)
+    batch = Batch(ids=ids, ntp_labels=ntp_labels, k=k, tokens=sum(ends))
+    if objective == "ntp":
+        return batch
+    eta = torch.rand(B, 1, generator=generator)  # one mask ratio per sequence
+    in_blocks = (pos >= start) & (pos < pend)
+    masked = (torch.rand(B, L, generator=generator) < eta) & in_blocks
+    batch.noisy = torch.where(masked, mask_id, ids)
+    batch.matp_labels = torch.where(masked, ids, IGNORE)  # unshifted; pad targets after EOS
+    allowed = sbd_attention_allowed(L, torch.tensor(starts), k)
+    batch.mask = additive_mask(allowed, dtype)
+    return batch
+
+
+def sbd_inputs(batch: Batch):
+    """Two-copy input ids (B, 2L) and position ids (B, 2L): both halves at 0..L-1."""
+    import torch
+
+    B, L = batch.ids.shape
+    ids = torch.cat([batch.ids, batch.noisy], dim=1)
+    positions = torch.arange(L).repeat(2)[None].expand(B, -1)
+    return ids, positions
+
+
+def losses(model, batch: Batch, device):
+    """Returns (loss, ntp_sum, ntp_count, matp_sum, matp_count); loss is the one token-mean."""
+    import torch
+    import torch.nn.functional as F
+
+    L = batch.ids.shape[1]
+    if batch.noisy is None:
+        logits = model(input_ids=batch.ids.to(device)).logits  # plain causal
+        labels = batch.ntp_labels.to(device)
+    else:
+        ids, positions = sbd_inputs(batch)
+        logits = model(input_ids=ids.to(device), position_ids=positions.to(device),
+                       attention_mask=batch.mask.to(device)).logits  # (B, 2L, V)
+        labels = torch.cat([batch.ntp_labels, batch.matp_labels], dim=1).to(device)
+    ce = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE,
+                         reduction="none").view(labels.shape)
+    valid = labels != IGNORE
+    ntp_sum, ntp_count = ce[:, :L].sum(), valid[:, :L].sum()
+    matp_sum, matp_count = ce[:, L:].sum(), valid[:, L:].sum()
+    loss = (ntp_sum + matp_sum) / (ntp_count + matp_count).clamp_min(1)
+    return loss, ntp_sum.detach(), int(ntp_count), matp_sum.detach(), int(matp_count)
+
+
+# ------------------------------------------------------------------------------------------ data
+def training_groups(data: str, tokenizer, train_examples: int, seed: int) -> list[list[tuple[list[int], list[int]]]]:
+    """Groups of (prompt ids, completion ids + EOS): one group per built-in task's train split, or
+    one for a JSONL file. A step draws its whole batch from one group: sequences of one task have
+    similar lengths, so the batch wastes little on padding (about half the positions otherwise)."""
+    eos = tokenizer.eos_token_id
+    path = Path(data)
+    if path.suffix == ".jsonl" or path.is_file():
+        rows = _read_pairs(path)
+        return [[(tokenizer(p, add_special_tokens=True)["input_ids"],
+                  tokenizer(c, add_special_tokens=False)["input_ids"] + [eos]) for p, c in rows]]
+    from .cli import expand_tasks
+    from .tasks import load_task
+
+    groups = []
+    for name in expand_tasks(data):
+        task = load_task(name)
+        if not hasattr(task, "n_train"):
+            raise TrainError(f"task '{name}' has no train split: train on the built-in suite tasks or a JSONL file "
+                             f"with prompt and completion fields")
+        task.n_train, task.seed = train_examples, seed
+        groups.append([(task.encode(ex, tokenizer), tokenizer(ex.answer, add_special_tokens=False)["input_ids"] + [eos])
+                       for ex in task.examples("train")])
+    return groups
+
+
+def _read_pairs(path: Path) -> list[tuple[str, str]]:
+    if not path.is_file():
+        raise TrainError(f"data file {path} does not exist: give a JSONL file with prompt/completion or task names")
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TrainError(f"{path}:{number}: not valid JSON ({exc.msg}); write one JSON object per line") from None
+            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+                raise TrainError(f"{path}:{number}: needs a string 'prompt' field (and a 'completion')")
+            if not isinstance(row.get("completion"), str) or not row["completion"]:
+                raise TrainError(f"{path}:{number}: no 'completion' field: training data needs "
+                                 f"{{\"prompt\": ..., \"completion\": ...}} per line")
+            rows.append((row["prompt"], row["completion"]))
+    if not rows:
+        raise TrainError(f"{path} holds no examples: add lines like {{\"prompt\": \"1+1=\", \"completion\": \"2\"}}")
+    return rows
+
+
+# ----------------------------------------------------------------------------------------- model
+def _has_checkpoint(out: Path) -> bool:
+    return out.is_dir() and any((out / f).exists() for f in ("config.json", "model.safetensors", STATE_FILE))
+
+
+def build_model(cfg: TrainConfig, source: Path | None):
+    """(model, tokenizer): from ``source`` (a base model or a checkpoint to resume) or from scratch.
+    A tokenizer without a mask (or pad) token gets one, and the embeddings are resized."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from .model import MASK_TOKEN
+    from .tokenizer import char_tokenizer
+
+    if source is None:
+        tokenizer = char_tokenizer()
+        torch.manual_seed(cfg.seed)
+        config = LlamaConfig(
+            vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+            num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
+            max_position_embeddings=cfg.max_positions, tie_word_embeddings=True,
+            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        model = LlamaForCausalLM(config)
+    else:
+        if not (source / "config.json").exists():
+            raise TrainError(f"--base {source} has no config.json: give a local Hugging Face model folder")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=torch.float32,
+                                                         attn_implementation="sdpa")
+        except Exception as exc:
+            raise TrainError(f"cannot load the model in {source}: {str(exc).splitlines()[0][:200]}; "
+                             f"give a local Hugging Face folder with config, weights and tokenizer") from exc
+    added = {}
+    if tokenizer.mask_token is None:
+        added["mask_token"] = MASK_TOKEN
+    if tokenizer.pad_token is None:
+        added["pad_token"] = "<pad>"
+    if tokenizer.eos_token is None:
+        raise TrainError(f"the tokenizer in {source} has no EOS token: completions must end with one")
+    if added:
+        tokenizer.add_special_tokens(added)
+        model.resize_token_embeddings(len(tokenizer))
+    model.config.mask_token_id = tokenizer.mask_token_id
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.config.eos_token_id = tokenizer.eos_token_id
+    model.config.bos_token_id = tokenizer.bos_token_id
+    return model, tokenizer
+
+
+def save_checkpoint(model, tokenizer, optimizer, step: int, cfg: TrainConfig, out: Path) -> None:
+    import torch
+
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    (out / ARGS_FILE).write_text(json.dumps(asdict(cfg), indent=1) + "\n")
+    tmp = out / (STATE_FILE + ".tmp")
+    torch.save({"step": step, "optimizer": optimizer.state_dict(), "config": asdict(cfg)}, tmp)
+    tmp.replace(out / STATE_FILE)
+
+
+# ------------------------------------------------------------------------------------------ loop
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up, then cosine down to 10% of --lr."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def step_generator(seed: int, step: int):
+    import torch
+
+    return torch.Generator().manual_seed(seed * 1_000_003 + step)
+
+
+def draw_step(groups, cfg: TrainConfig, step: int, pad_id: int, mask_id: int, dtype=None) -> Batch:
+    """Step ``step``'s batch: group, indices, k, η and masks all from the (seed, step) generator."""
+    import torch
+
+    gen = step_generator(cfg.seed, step)
+    k = int(torch.randint(cfg.min_block_size, cfg.block_size + 1, (1,), generator=gen))
+    pairs = groups[int(torch.randint(len(groups), (1,), generator=gen))]
+    indices = torch.randint(len(pairs), (cfg.batch_size,), generator=gen).tolist()
+    return make_batch(pairs, indices, k, cfg.objective, gen, pad_id, mask_id, dtype)
+
+
+def check_fits(groups, cfg: TrainConfig, max_positions: int | None) -> None:
+    if max_positions is None:
+        return
+    if cfg.block_size > max_positions:
+        raise TrainError(f"--block-size {cfg.block_size} is larger than the model's sequence length "
+                         f"(max_position_embeddings={max_positions}): use a block size <= {max_positions}")
+    worst = max(len(p) + len(c) + cfg.block_size - 1 for pairs in groups for p, c in pairs)  # last block padded
+    if worst > max_positions:
+        raise TrainError(f"a training sequence needs {worst} positions (prompt + completion + block padding) but the "
+                         f"model holds {max_positions}: shorten the data, lower --block-size or raise --max-positions")
+
+
+def train(cfg: TrainConfig, log=print) -> Path:
+    import torch
+
+    out = Path(cfg.out)
+    if _has_checkpoint(out) and not (cfg.resume or cfg.overwrite):
+        raise TrainError(f"{out} already holds a checkpoint: pass --resume to continue it or --overwrite to replace it")
+    if cfg.resume and not (out / STATE_FILE).exists():
+        raise TrainError(f"--resume: {out} holds no {STATE_FILE}; start a new run without --resume")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    from .model import pick_device
+
+    device = pick_device(cfg.device)
+    base = Path(cfg.base) if cfg.base else None
+    if base is not None and not base.is_dir():
+        raise TrainError(f"--base {base} is not a folder: give a local Hugging Face model folder")
+    model, tokenizer = build_model(cfg, out if cfg.resume else base)
+    groups = training_groups(cfg.data, tokenizer, cfg.train_examples, cfg.seed)
+    check_fits(groups, cfg, getattr(model.config, "max_position_embeddings", None))
+    model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    start = 0
+    if cfg.resume:
+        state = torch.load(out / STATE_FILE, map_location=device, weights_only=False)
+        optimizer.load_state_dict(state["optimizer"])
+        start = state["step"]
+    elif cfg.overwrite and out.is_dir():
+        for name in (STATE_FILE, LOG_FILE):
+            (out / name).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    # CUDA: bf16 autocast, and the mask in the dtype the attention scores will have there (sdpa
+    # wants a float mask in the query's dtype). CPU: float32 throughout, reproducible.
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else _null()
+    mask_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    pad_id, mask_id = tokenizer.pad_token_id, tokenizer.mask_token_id
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"train: {cfg.objective} objective, {n_params / 1e6:.2f}M params, {sum(map(len, groups))} examples in {len(groups)} group(s), "
+        f"steps {start}->{cfg.steps}, device {device}")
+    window = {"ntp": 0.0, "ntp_n": 0, "matp": 0.0, "matp_n": 0, "tokens": 0, "time": 0.0}
+    t_start = time.perf_counter()
+    with open(out / LOG_FILE, "a", encoding="utf-8") as log_file:
+        for step in range(start, cfg.steps):
+            t0 = time.perf_counter()
+            batch = draw_step(groups, cfg, step, pad_id, mask_id, mask_dtype)
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, cfg)
+            with autocast:
+                loss, ntp_sum, ntp_n, matp_sum, matp_n = losses(model, batch, device)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            window["ntp"] += float(ntp_sum); window["ntp_n"] += ntp_n
+            window["matp"] += float(matp_sum); window["matp_n"] += matp_n
+            window["tokens"] += batch.tokens; window["time"] += time.perf_counter() - t0
+            done = step + 1
+            if done % cfg.log_every == 0 or done == cfg.steps:
+                record = {
+                    "step": done, "loss_ntp": window["ntp"] / max(1, window["ntp_n"]),
+                    "loss_matp": window["matp"] / max(1, window["matp_n"]) if window["matp_n"] else None,
+                    "tokens_per_s": window["tokens"] / max(1e-9, window["time"]), "lr": lr_at(step, cfg),
+                    "elapsed_s": time.perf_counter() - t_start,
+                }
+                log_file.write(json.dumps(record) + "\n")
+                log_file.flush()
+                eta = record["elapsed_s"] / (done - start) * (cfg.steps - done)
+                matp = "-" if record["loss_matp"] is None else f"{record['loss_matp']:.4f}"
+                log(f"[{done}/{cfg.steps}] loss_ntp {record['loss_ntp']:.4f} loss_matp {matp} "
+                    f"{record['tokens_per_s']:.0f} tok/s, {record['elapsed_s']:.0f}s elapsed, ~{eta:.0f}s left")
+                window = dict.fromkeys(window, 0)
+            if done % cfg.save_every == 0 or done == cfg.steps:
+                save_checkpoint(model, tokenizer, optimizer, done, cfg, out)
+    return out
+
+
+def measure_throughput(cfg: TrainConfig, steps: int, log=print) -> dict:
+    """Train two copies of one model side by side, SBD and NTP objectives, on the very same batches
+    (same k, same sequences, same lengths), alternating step by step so machine drift hits both;
+    return tokens/s of each and their ratio. Tokens are the real (unpadded) sequence tokens, so the
+    SBD figure pays for its second copy. Nothing is saved."""
+    import copy
+
+    import torch
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    from .model import pick_device
+
+    device = pick_device(cfg.device)
+    model, tokenizer = build_model(cfg, Path(cfg.base) if cfg.base else None)
+    groups = training_groups(cfg.data, tokenizer, cfg.train_examples, cfg.seed)
+    check_fits(groups, cfg, getattr(model.config, "max_position_embeddings", None))
+    models = {"sbd": model.to(device).train(), "ntp": copy.deepcopy(model).to(device).train()}
+    optimizers = {name: torch.optim.AdamW(m.parameters(), lr=cfg.lr) for name, m in models.items()}
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else _null()
+    mask_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    seconds, tokens = {"sbd": 0.0, "ntp": 0.0}, 0
+    for step in range(steps + 1):  # step 0 warms up and is not timed
+        sbd_batch = draw_step(groups, cfg, step, tokenizer.pad_token_id, tokenizer.mask_token_id, mask_dtype)
+        ntp_batch = Batch(ids=sbd_batch.ids, ntp_labels=sbd_batch.ntp_labels, k=sbd_batch.k, tokens=sbd_batch.tokens)
+        for name, batch in (("sbd", sbd_batch), ("ntp", ntp_batch)):
+            t0 = time.perf_counter()
+            with autocast:
+                loss = losses(models[name], batch, device)[0]
+            optimizers[name].zero_grad(set_to_none=True)
+            loss.backward()
+            optimizers[name].step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if step:
+                seconds[name] += time.perf_counter() - t0
+        tokens += sbd_batch.tokens if step else 0
+    result = {"steps": steps, "tokens": tokens, "threads": torch.get_num_threads(), "device": str(device),
+              "sbd_tokens_per_s": tokens / seconds["sbd"], "ntp_tokens_per_s": tokens / seconds["ntp"],
+              "sbd_over_ntp": seconds["ntp"] / seconds["sbd"]}
+    log(f"throughput over {steps} steps: SBD {result['sbd_tokens_per_s']:.0f} tok/s, NTP {result['ntp_tokens_per_s']:.0f} "
+        f"tok/s, SBD/NTP = {result['sbd_over_ntp']:.3f}")
+    return result
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+# ------------------------------------------------------------------------------------------- CLI
+def add_cli(subparsers) -> None:
+    p = subparsers.add_parser("train", help="fine-tune a causal LM with the SBD objective (or its NTP twin)")
+    d = TrainConfig(out="")
+    p.add_argument("--out", default=None, help="output HF folder (required; refused if it holds a checkpoint, "
+                                               "unless --resume or --overwrite)")
+    p.add_argument("--base", default=None, help="local HF model folder to fine-tune (default: a tiny Llama from scratch "
+                                                "with the character tokenizer)")
+    p.add_argument("--data", default=d.data, help="'suite', built-in task names (comma list), or a JSONL file with "
+                                                  "prompt and completion per line")
+    p.add_argument("--objective", default=d.objective, choices=["sbd", "ntp"])
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--batch-size", type=int, default=d.batch_size)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--warmup", type=int, default=d.warmup)
+    p.add_argument("--min-block-size", type=int, default=d.min_block_size)
+    p.add_argument("--block-size", type=int, default=d.block_size, help="k ~ U{min-block-size..block-size} per step")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--train-examples", type=int, default=d.train_examples, help="per built-in task")
+    p.add_argument("--save-every", type=int, default=d.save_every)
+    p.add_argument("--log-every", type=int, default=d.log_every)
+    p.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
+    p.add_argument("--overwrite", action="store_true", help="replace the checkpoint in --out")
+    p.add_argument("--device", default=d.device, help="cpu|cuda[:N]|auto (CUDA trains under bf16 autocast)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--hidden-size", type=int, default=d.hidden_size)
+    p.add_argument("--layers", type=int, default=d.layers)
+    p.add_argument("--heads", type=int, default=d.heads)
+    p.add_argument("--intermediate-size", type=int, default=d.intermediate_size)
+    p.add_argument("--max-positions", type=int, default=d.max_positions)
+    p.add_argument("--measure-throughput", type=int, default=None, metavar="STEPS",
+                   help="instead of training: time STEPS steps of SBD and NTP on copies of the model and the same "
+                        "batches, print tokens/s and the ratio; saves nothing")
+    p.set_defaults(func=cmd_train)
+
+
+def cmd_train(args) -> int:
+    keys = set(TrainConfig.__dataclass_fields__) - {"command", "out"}
+    cfg = TrainConfig(out=args.out or "", **{k: v for k, v in vars(args).items() if k in keys},
+                      command=" ".join(["python -m sbd_bench", *sys.argv[1:]]))
+    if args.measure_throughput is not None:
+        if args.measure_throughput < 1:
+            raise TrainError(f"--measure-throughput must be >= 1 (got {args.measure_throughput})")
+        result = measure_throughput(cfg, args.measure_throughput, log=lambda line: print(line, file=sys.stderr))
+        print(json.dumps(result))
+        return 0
+    if not args.out:
+        raise TrainError("--out is required: the folder the trained model is saved to")
+    out = train(cfg, log=lambda line: print(line, file=sys.stderr, flush=True))
+    print(json.dumps({"out": str(out), "steps": cfg.steps, "objective": cfg.objective}))
+    return 0

@@ -5,25 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tiny_models import build_tiny_model
+
 from sbd_bench.types import SCHEMA_VERSION
 
 
 def make_tiny_model(path: Path, seed: int = 0) -> Path:
-    """A random 2-layer Llama (GQA: 4 heads, 2 KV heads) saved as a local HF folder with a mask token."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from sbd_bench.tokenizer import char_tokenizer
-
-    tok = char_tokenizer()
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    config.mask_token_id = tok.mask_token_id
-    torch.manual_seed(seed)
-    LlamaForCausalLM(config).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    """A random 2-layer Llama (GQA) saved as a local HF folder with a mask token."""
+    return build_tiny_model(path, seed=seed)
 
 
 def make_task_file(path: Path, n: int = 4) -> Path:

@@ -1,34 +1,10 @@
-"""Tiny random Llama / Qwen3 checkpoints (char tokenizer, GQA) for the scale tests: batching, the
-static cache, data-parallel runs. Built once per test session into a temporary folder."""
-from __future__ import annotations
+"""The scale tests' model: a tiny model with sharpened logits (varied outputs, few near-ties) over a
+short alphabet, so batched and batch-1 decoding are compared on outputs that differ row by row."""
+from tiny_models import build_tiny_model
 
-from pathlib import Path
+SCALE_ALPHABET = "0123456789+-=*abcdefghij \n"
 
 
-def build_tiny_model(folder: Path, family: str = "llama", seed: int = 0, max_positions: int = 64,
-                     hidden: int = 32, layers: int = 2) -> Path:
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
-
-    from sbd_bench.tokenizer import char_tokenizer
-
-    tok = char_tokenizer("0123456789+-=*abcdefghij \n")
-    ids = dict(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-               pad_token_id=tok.pad_token_id, mask_token_id=tok.mask_token_id)
-    shape = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions)
-    torch.manual_seed(seed)
-    if family == "llama":
-        model = LlamaForCausalLM(LlamaConfig(**shape, **ids))
-    elif family == "qwen3":
-        model = Qwen3ForCausalLM(Qwen3Config(**shape, head_dim=hidden // 4, **ids))
-    else:
-        raise ValueError(family)
-    with torch.no_grad():  # sharper logits than the 0.02-std init: fewer near-ties, varied outputs
-        model.lm_head.weight.mul_(25.0)
-        # a zero mask embedding lets block logits depend on the context, as in a trained SBD model
-        model.get_input_embeddings().weight[tok.mask_token_id].zero_()
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+def build_scale_model(folder, family: str = "llama", seed: int = 0, max_positions: int = 64, **kw):
+    return build_tiny_model(folder, family, seed=seed, max_positions=max_positions, alphabet=SCALE_ALPHABET,
+                            sharpen=True, **kw)

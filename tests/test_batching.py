@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from scale_models import build_tiny_model
+from scale_models import build_scale_model as build_tiny_model
 from sbd_bench.batching import BatchDecoder
 from sbd_bench.decoding import Decoder
 from sbd_bench.model import load_model

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scale_models import build_tiny_model
+from scale_models import build_scale_model as build_tiny_model
 from sbd_bench.distributed import DistributedError, merge_in_order, shard_work
 
 ROOT = Path(__file__).resolve().parent.parent

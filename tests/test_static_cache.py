@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from scale_models import build_tiny_model
+from scale_models import build_scale_model as build_tiny_model
 from sbd_bench.cache import CacheFullError, KVCache, StaticKVCache
 from sbd_bench.decoding import Decoder
 from sbd_bench.model import load_model

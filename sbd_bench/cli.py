@@ -15,7 +15,8 @@ import time
 
 from .types import UsageError
 
-COMMAND_MODULES: list[str] = ["sbd_bench.training"]  # each adds its own subcommand
+COMMAND_MODULES: list[str] = ["sbd_bench.training", "sbd_bench.report", "sbd_bench.compare", "sbd_bench.roofline",
+                              "sbd_bench.throughput"]  # each adds its own subcommand
 
 
 def _progress(done: int, total: int, elapsed: float, what: str) -> None:
@@ -48,19 +49,37 @@ def expand_tasks(spec: str) -> list[str]:
 def cmd_run(args) -> int:
     from pathlib import Path
 
-    from .harness import RunConfig, run
+    from . import distributed
+    from .harness import RunConfig, resume, run
     from .model import resolve_model_path
 
-    resolve_model_path(args.model)  # the cheapest check first: a typo in --model costs no work
-    out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
-    cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=args.solver, out=out,
-                    block_size=args.block_size, max_new_tokens=args.max_new_tokens, limit=args.limit,
-                    seed=args.seed, plugins=args.plugins, device=args.device, dtype=args.dtype,
-                    attn_implementation=args.attn, command=" ".join(["python -m sbd_bench", *sys.argv[1:]]))
-    run_dir = run(cfg, progress=_progress)
+    command = " ".join(["python -m sbd_bench", *sys.argv[1:]])
+    if args.resume and distributed.launched():
+        raise UsageError("--resume runs in one process: resume a data-parallel run without torchrun")
+    if args.resume:
+        run_dir = resume(Path(args.resume), progress=_progress, command=command)
+    else:
+        resolve_model_path(args.model)  # the cheapest check first: a typo in --model costs no work
+        if distributed.launched() and not args.out:
+            raise UsageError("under torchrun pass --out DIR: every rank must name the same run folder")
+        out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+        cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=args.solver, out=out,
+                        block_size=args.block_size, max_new_tokens=args.max_new_tokens, limit=args.limit,
+                        seed=args.seed, plugins=args.plugins, device=args.device, dtype=args.dtype,
+                        attn_implementation=args.attn, command=command, repeats=args.repeats, warmup=args.warmup,
+                        cost_curve=not args.no_cost_curve, report=not args.no_report, threads=args.threads,
+                        chat_template=args.chat_template, thinking={"on": True, "off": False}.get(args.thinking),
+                        batch_size=args.batch_size, fast=args.fast, device_map=args.device_map)
+        if distributed.launched():
+            run_dir = distributed.run_data_parallel(cfg, progress=_progress)
+            if run_dir is None:  # not rank 0: rank 0 reports for the whole run
+                return 0
+        else:
+            run_dir = run(cfg, progress=_progress)
     summary = json.loads((run_dir / "summary.json").read_text())
     _print_table(summary["rows"])
-    print(json.dumps({"run_dir": str(run_dir), "complete": summary["complete"], "rows": len(summary["rows"])}))
+    print(json.dumps({"run_dir": str(run_dir), "complete": summary["complete"], "rows": len(summary["rows"]),
+                      "failures": len(summary.get("failures") or [])}))
     return 0 if summary["complete"] else 1
 
 
@@ -90,6 +109,7 @@ def cmd_list(args) -> int:
         tag = " [suite]" if cls.suite else ""
         print(f"  {name:<16} {cls.description}{tag}")
     print("  FILE.jsonl       any JSONL file with id, prompt and optional answer per line")
+    print("  NAME:path=FILE   a benchmark read from a local data file, e.g. gsm8k:path=gsm8k_test.jsonl")
     return 0
 
 
@@ -102,7 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.add_argument("--solver", default="all",
                        help="'all', a name, a comma list, sweeps 'entropy_bounded:gamma=0.1,0.35;proxy=margin', "
                             "several joined by '+' (ntp is always added as the baseline)")
-    run_p.add_argument("--task", default="suite", help="task names, 'suite' or JSONL files, comma separated")
+    run_p.add_argument("--task", default="suite",
+                       help="task names, 'suite' or JSONL files, comma separated; benchmarks read a local file: "
+                            "gsm8k:path=FILE (see 'list')")
+    run_p.add_argument("--chat-template", action="store_true",
+                       help="benchmark prompts through the tokenizer's chat template (instruct/reasoning models)")
+    run_p.add_argument("--thinking", choices=["on", "off"], default=None,
+                       help="reasoning mode of the chat template (enable_thinking); default: the template's own")
     run_p.add_argument("--block-size", type=int, default=16)
     run_p.add_argument("--max-new-tokens", type=int, default=None, help="default: each task's own budget")
     run_p.add_argument("--limit", type=int, default=None, help="first N examples of each task")
@@ -112,6 +138,20 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.add_argument("--device", default="auto", help="auto|cpu|cuda[:N]")
     run_p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     run_p.add_argument("--attn", default="sdpa", help="attention implementation: sdpa|eager|flash_attention_2")
+    run_p.add_argument("--batch-size", type=int, default=1,
+                       help="sequences decoded together (same outputs and NFE as 1; halved on out-of-memory)")
+    run_p.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
+                       help="preallocated KV cache + CUDA graphs (default: on for CUDA, off on CPU)")
+    run_p.add_argument("--device-map", default=None, metavar="auto",
+                       help="spread a model larger than one GPU over all GPUs (needs accelerate)")
+    run_p.add_argument("--repeats", type=int, default=1, help="timed decodes per example and config; medians reported")
+    run_p.add_argument("--warmup", type=int, default=1, help="unrecorded decodes per config before timing (default 1)")
+    run_p.add_argument("--resume", metavar="RUN_DIR", default=None,
+                       help="finish an interrupted run with its own settings (other flags are ignored)")
+    run_p.add_argument("--threads", type=int, default=None,
+                       help="torch CPU threads (default: torch's); 1 gives steadier timings on a shared machine")
+    run_p.add_argument("--no-cost-curve", action="store_true", help="skip timing the 1, k, 2k-token forwards")
+    run_p.add_argument("--no-report", action="store_true", help="skip writing report.md and the plots")
     run_p.set_defaults(func=cmd_run)
 
     list_p = sub.add_parser("list", help="list solvers (with parameters and defaults) and tasks")

@@ -31,19 +31,26 @@ class SolverContractError(RuntimeError):
     """A solver returned a reveal set that breaks the contract in types.Solver.select."""
 
 
-def attention_mask(past: int, n_causal: int, n_block: int, dtype: torch.dtype, device) -> torch.Tensor:
+def attention_mask(past: int, n_causal: int, n_block: int, dtype: torch.dtype, device,
+                   key_pad: torch.Tensor | None = None) -> torch.Tensor:
     """Additive mask (1, 1, Q, past + Q) for ``n_causal`` causal queries followed by ``n_block``
     bidirectional ones. Every query sees the whole cache; causal queries see earlier causal ones;
     block queries see all causal queries and the whole block; causal queries never see the block.
-    (A boolean mask would be silently ignored by eager attention: STACK.md.)"""
+    (A boolean mask would be silently ignored by eager attention: STACK.md.)
+
+    ``key_pad`` (B, past + Q) bool, True for keys no query of that row may see (left padding of a
+    batched prompt, block slots past a row's context): the mask is then (B, 1, Q, past + Q)."""
     q = n_causal + n_block
     allowed = torch.ones(q, past + q, dtype=torch.bool, device=device)
     causal = torch.ones(n_causal, n_causal, dtype=torch.bool, device=device).tril()
     allowed[:n_causal, past : past + n_causal] = causal
     allowed[:n_causal, past + n_causal :] = False
-    mask = torch.zeros(q, past + q, dtype=dtype, device=device)
+    allowed = allowed[None]  # (1, Q, KV)
+    if key_pad is not None:
+        allowed = allowed & ~key_pad.to(device)[:, None, :]  # (B, Q, KV)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None]
+    return mask[:, None]
 
 
 @dataclass
@@ -54,7 +61,7 @@ class Counters:
 
 class Decoder:
     def __init__(self, lm: LoadedModel, block_size: int = 16, max_new_tokens: int = 256,
-                 stop_strings: tuple[str, ...] = (), seed: int = 0):
+                 stop_strings: tuple[str, ...] = (), seed: int = 0, fast: bool = False):
         if block_size < 1:
             raise DecodeError(f"--block-size must be >= 1 (got {block_size})")
         if max_new_tokens < 1:
@@ -63,6 +70,18 @@ class Decoder:
         self.stop_strings = tuple(s for s in stop_strings if s)
         self.seed = seed
         self.counters = Counters()
+        # fast: a preallocated cache, and CUDA graphs of the decode forwards on CUDA (fastpath.py)
+        self.fast = None
+        if fast:
+            from .fastpath import FastPath
+
+            self.fast = FastPath.for_model(lm)
+
+    def new_cache(self, batch: int, positions: int):
+        """An empty cache for ``batch`` rows that will hold at most ``positions`` columns."""
+        if self.fast is not None:
+            return self.fast.cache(batch, positions)
+        return KVCache(self.lm.model.config)
 
     # ------------------------------------------------------------------------- the one model call
     @torch.inference_mode()
@@ -73,9 +92,13 @@ class Decoder:
             self.counters.prefill_forwards += 1
         else:
             self.counters.nfe += 1
-        out = self.lm.model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                            cache=cache.hf, use_cache=True)
-        logits = out.logits.float()
+        mask = cache.fit_mask(mask, ids.shape[1])  # a preallocated cache needs its full width
+        if self.fast is not None and phase != "prefill":
+            logits = self.fast.forward(ids, positions, mask, cache).float()
+        else:
+            out = self.lm.model(input_ids=ids, position_ids=positions, attention_mask=mask,
+                                cache=cache.hf, use_cache=True)
+            logits = out.logits.float()
         if self.lm.mask_token_id >= 0:
             logits[..., self.lm.mask_token_id] = float("-inf")  # the mask token is never emitted
         return logits
@@ -87,19 +110,32 @@ class Decoder:
             positions = torch.arange(prompt.shape[1], device=prompt.device)[None]
             self.forward(prompt, positions, None, cache, phase="prefill")
 
-    def ntp_step(self, token: torch.Tensor, position: int, cache: KVCache) -> torch.Tensor:
-        """Feed one committed token (B, 1) causally; keep its KV; return next-token logits (B, V)."""
-        positions = torch.full_like(token, position)
-        return self.forward(token, positions, None, cache)[:, -1]  # one query sees the whole cache: no mask
+    def ntp_step(self, token: torch.Tensor, position: int | torch.Tensor, cache: KVCache,
+                 key_pad: torch.Tensor | None = None) -> torch.Tensor:
+        """Feed one committed token (B, 1) causally; keep its KV; return next-token logits (B, V).
+        ``position``: an int, or (B, 1) per row; ``key_pad``: see ``attention_mask``."""
+        positions = torch.full_like(token, position) if isinstance(position, int) else position
+        if key_pad is None:  # one query sees the whole cache: no mask
+            return self.forward(token, positions, None, cache)[:, -1]
+        mask = attention_mask(cache.length, 1, 0, self.lm.dtype, token.device, key_pad)
+        return self.forward(token, positions, mask, cache)[:, -1]
 
-    def block_step(self, pending: torch.Tensor, block: torch.Tensor, start: int, cache: KVCache) -> torch.Tensor:
+    def block_step(self, pending: torch.Tensor, block: torch.Tensor, start: int | torch.Tensor, cache: KVCache,
+                   key_pad: torch.Tensor | None = None) -> torch.Tensor:
         """One SBD forward: ``pending`` (B, n) committed tokens at start-n..start-1, causal (their KV is
         kept: it is exact), then ``block`` (B, k) at start..start+k-1, bidirectional (its KV depends on
-        the masks and is dropped). Returns the block's logits (B, k, V); logit i predicts token i."""
+        the masks and is dropped). Returns the block's logits (B, k, V); logit i predicts token i.
+        ``start``: an int, or (B,) per row; ``key_pad``: see ``attention_mask``."""
         n, k = pending.shape[1], block.shape[1]
         ids = torch.cat([pending, block], dim=1)
-        positions = torch.arange(start - n, start + k, device=block.device)[None].expand(ids.shape[0], -1)
-        mask = attention_mask(cache.length, n, k, self.lm.dtype, block.device)
+        offsets = torch.arange(-n, k, device=block.device)
+        if isinstance(start, int):
+            positions = (start + offsets)[None].expand(ids.shape[0], -1)
+        else:
+            positions = start.to(block.device)[:, None] + offsets  # (B, n + k)
+        if self.lm.max_positions is not None:  # only idle slots of a batched row can pass the end
+            positions = positions.clamp_max(self.lm.max_positions - 1)
+        mask = attention_mask(cache.length, n, k, self.lm.dtype, block.device, key_pad)
         logits = self.forward(ids, positions, mask, cache)
         cache.rollback(k)
         return logits[:, n:]
@@ -113,7 +149,7 @@ class Decoder:
             raise DecodeError(f"prompt of {len(prompt_ids)} tokens does not fit the model's context of "
                               f"{lm.max_positions}: shorten it or use a model with a longer context")
         self.counters = Counters()
-        cache = KVCache(lm.model.config)
+        cache = self.new_cache(1, len(prompt_ids) + self._budget(len(prompt_ids)) + 2 * self.block_size)
         prompt = torch.tensor([prompt_ids], dtype=torch.long, device=device)
         t0 = _clock(device)
         self.prefill(prompt[:, :-1], cache)  # 1. prefill all but the last prompt token

@@ -1,21 +1,30 @@
 """Runs solver configurations x tasks x examples on one model and writes the records as it goes.
 
     >>> run(RunConfig(model="sbd-tiny", tasks=["arith"], solvers="all", out=Path("runs/x")))
+    >>> resume(Path("runs/x"))          # after an interruption: finishes only what is missing
 
-Examples are the outer loop and solver configurations the inner one, so the NTP baseline and every
-solver decode the same example back to back: machine drift hits all alike, and speed factors pair.
-Each finished sample is appended to ``samples.jsonl`` and flushed at once; ``summary.json`` is
-written atomically at the end.
+One measurement routine for every solver (``measure_sample``): the decoder synchronises the device
+before each clock read and times prefill apart from decoding; memory is read around each sample.
+Examples are the outer loop, repeats the middle one and solver configurations the inner one, so the
+NTP baseline and every solver decode the same example back to back in the same process: drift hits
+all alike, and speed factors pair. Unrecorded warm-up decodes come first.
+
+Nothing is lost: each finished sample is appended to ``samples.jsonl`` and flushed at once;
+``summary.json`` is written atomically, first marked incomplete; a configuration that fails on an
+example is recorded with its error and the sweep goes on; SIGTERM is handled like Ctrl-C.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
-import resource
+import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -23,10 +32,16 @@ import torch
 
 from . import metrics
 from .decoding import Decoder
+from .memory import MemoryMonitor, nvml_for
 from .model import LoadedModel, folder_hash, load_model
+from .records import (SAMPLES, SUMMARY, RecordWriter, read_records, read_summary, repair_tail,  # noqa: F401
+                      write_json_atomic)
 from .registry import parse_solver_spec, solver_registry
 from .tasks import load_task
 from .types import SCHEMA_VERSION, Example, Solver, Task, UsageError
+
+MODEL_CONFIG_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                     "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings", "tie_word_embeddings")
 
 
 @dataclass
@@ -44,6 +59,17 @@ class RunConfig:
     dtype: str = "auto"
     attn_implementation: str = "sdpa"
     command: str = ""
+    repeats: int = 1  # timed decodes of each (example, config); timings are reported as medians
+    warmup: int = 1  # unrecorded decodes per configuration before timing
+    cost_curve: bool = True  # time 1, k, 1+k, 2k-token forwards for the cost model
+    report: bool = True  # write the report (tables, plots) at the end
+    threads: int | None = None  # torch CPU threads; 1 gives steadier timings on a busy machine
+    chat_template: bool = False  # prompts through the tokenizer's chat template (benchmark tasks)
+    thinking: bool | None = None  # the template's enable_thinking; None: its default
+    batch_size: int = 1  # sequences decoded together (batching.py); records are those of batch 1
+    fast: bool | None = None  # preallocated cache + CUDA graphs; None: on for a model on one CUDA device
+    device_map: str | None = None  # e.g. "auto": spread a model too large for one GPU (accelerate)
+    shard: tuple[int, int] | None = None  # (rank, world_size) under torchrun (distributed.py)
 
     def __post_init__(self):
         if self.block_size < 1:
@@ -52,105 +78,188 @@ class RunConfig:
             raise UsageError(f"--limit must be >= 1 (got {self.limit})")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise UsageError(f"--max-new-tokens must be >= 1 (got {self.max_new_tokens})")
+        if self.repeats < 1:
+            raise UsageError(f"--repeats must be >= 1 (got {self.repeats})")
+        if self.threads is not None and self.threads < 1:
+            raise UsageError(f"--threads must be >= 1 (got {self.threads})")
+        if self.warmup < 0:
+            raise UsageError(f"--warmup must be >= 0 (got {self.warmup})")
+        if self.batch_size < 1:
+            raise UsageError(f"--batch-size must be >= 1 (got {self.batch_size})")
+        if self.fast and self.device_map is not None:
+            raise UsageError("--fast cannot be combined with --device-map: CUDA graphs do not span devices; "
+                             "drop --fast (a device-mapped model runs eagerly)")
+
+    def to_json(self) -> dict:
+        """The settings as recorded in provenance; paths made absolute so `--resume` works from anywhere."""
+        data = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+        data["plugins"] = [str(Path(p).resolve()) for p in self.plugins]
+        data["tasks"] = [str(Path(t).resolve()) if Path(t).is_file() else t for t in self.tasks]
+        if Path(self.model).is_dir():
+            data["model"] = str(Path(self.model).resolve())
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> "RunConfig":
+        known = {f for f in cls.__dataclass_fields__}
+        values = {k: v for k, v in data.items() if k in known}
+        values["out"] = Path(values.get("out", "runs/latest"))
+        return cls(**values)
 
 
-def write_json_atomic(path: Path, payload) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(metrics.json_safe(payload), indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+# ------------------------------------------------------------------------------------- provenance
+def _git(*args) -> str | None:
+    try:
+        return subprocess.run(["git", *args], cwd=Path(__file__).parent, capture_output=True, text=True,
+                              timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def provenance(cfg: RunConfig, lm: LoadedModel) -> dict:
+    """Everything needed to know what produced the numbers, and to reproduce them."""
     import transformers
 
-    def git(*args):
-        try:
-            return subprocess.run(["git", *args], cwd=Path(__file__).parent, capture_output=True, text=True,
-                                  timeout=10).stdout.strip() or None
-        except (OSError, subprocess.SubprocessError):
-            return None
-
     dev = lm.device
+    gpu = {}
+    if dev.type == "cuda":
+        gpu = nvml_for(dev.index if dev.index is not None else torch.cuda.current_device()).versions()
+    model_config = lm.model.config.to_dict()
     return {
-        "git_commit": git("rev-parse", "HEAD"),
-        "git_dirty": bool(git("status", "--porcelain")),
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(_git("status", "--porcelain")),
         "command": cfg.command or " ".join(sys.argv),
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+        "config": cfg.to_json(),
         "model_path": lm.path,
         "model_hash": folder_hash(Path(lm.path)) if Path(lm.path).is_dir() else None,
         "model_info": lm.info,
+        "model_config": {k: model_config.get(k) for k in MODEL_CONFIG_KEYS},
         "device": str(dev),
-        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or platform.machine(),
+        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else _cpu_model(),
+        "gpu_name": gpu.get("gpu_name"),
+        "driver_version": gpu.get("driver_version"),
+        "cuda_driver_version": gpu.get("cuda_driver_version"),
+        "cuda": torch.version.cuda,
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
         "dtype": str(lm.dtype).removeprefix("torch."),
         "attn_implementation": lm.attn_implementation,
         "seed": cfg.seed,
-        "threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "cuda": torch.version.cuda,
         "platform": platform.platform(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
 
-class RecordWriter:
-    """Appends one JSON line per finished sample and flushes it, so an interruption loses nothing."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.handle = open(path, "a", encoding="utf-8")
-
-    def write(self, record: dict) -> None:
-        self.handle.write(json.dumps(metrics.json_safe(record), allow_nan=False) + "\n")
-        self.handle.flush()
-
-    def close(self) -> None:
-        self.handle.close()
+# ------------------------------------------------------------------------------ measuring a sample
+def use_fast_path(cfg: RunConfig, lm: LoadedModel) -> bool:
+    """--fast/--no-fast; by default on for a model on one CUDA device (graphs do not span devices)."""
+    if cfg.fast is None:
+        return lm.device.type == "cuda" and cfg.device_map is None
+    return cfg.fast
 
 
-def read_records(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
-
-
-def _peak_memory(device: torch.device) -> tuple[int, str]:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated"
-    # ru_maxrss is in KiB on Linux: the process's peak resident memory so far, not per configuration
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "ru_maxrss (process peak RSS)"
+def make_decoder(lm: LoadedModel, task: Task, cfg: RunConfig) -> Decoder:
+    budget = cfg.max_new_tokens or task.max_new_tokens
+    return Decoder(lm, block_size=cfg.block_size, max_new_tokens=budget, stop_strings=task.stop, seed=cfg.seed,
+                   fast=use_fast_path(cfg, lm))
 
 
 def decode_sample(lm: LoadedModel, task: Task, example: Example, prompt_ids: list[int], solver: Solver,
                   cfg: RunConfig, repeat: int = 0) -> dict:
     """Decode one example with one solver configuration and return its sample record."""
-    budget = cfg.max_new_tokens or task.max_new_tokens
-    decoder = Decoder(lm, block_size=cfg.block_size, max_new_tokens=budget, stop_strings=task.stop, seed=cfg.seed)
-    if lm.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(lm.device)
-    gen = decoder.generate(prompt_ids, solver)
-    peak, source = _peak_memory(lm.device)
+    decoder = make_decoder(lm, task, cfg)
+    with MemoryMonitor(lm.device) as mem:
+        gen = decoder.generate(prompt_ids, solver)
+    return sample_record(task, example, prompt_ids, solver, cfg, repeat, gen, mem.result)
+
+
+def sample_record(task: Task, example: Example, prompt_ids: list[int], solver: Solver, cfg: RunConfig,
+                  repeat: int, gen, memory: dict, batch_size: int = 1) -> dict:
+    """The record of one decoded sample; at batch size B its timings and memory are its batch's,
+    the times divided by B (batching.py)."""
+    correct, detail = task.verdict(example, gen.output_text)
     return {
-        "task": task.name, "id": example.id, "solver": solver.name, "params": solver.params,
-        "config": solver.label, "block_size": cfg.block_size, "repeat": repeat,
-        "prompt_tokens": len(prompt_ids), "output_ids": gen.output_ids, "output_text": gen.output_text,
+        **_identity(task, example, prompt_ids, solver, cfg, repeat),
+        "output_ids": gen.output_ids, "output_text": gen.output_text,
         "stop_reason": gen.stop_reason, "tokens": gen.tokens, "nfe": gen.nfe,
         "prefill_forwards": gen.prefill_forwards, "revealed_per_forward": gen.revealed_per_forward,
         "forwards_per_block": gen.forwards_per_block,
         "wall_time_s": gen.prefill_time_s + gen.decode_time_s, "prefill_time_s": gen.prefill_time_s,
-        "decode_time_s": gen.decode_time_s, "correct": task.score(example, gen.output_text),
-        "answer": example.answer, "error": None, "peak_memory_bytes": peak, "peak_memory_source": source,
+        "decode_time_s": gen.decode_time_s, "correct": correct,
+        "answer": example.answer, "error": None,
+        "peak_memory_bytes": memory["peak_memory_bytes"], "peak_memory_source": memory["peak_memory_source"],
+        "memory": memory, "score_detail": detail, "batch_size": batch_size,
     }
 
 
-def run(cfg: RunConfig, progress=None) -> Path:
-    registry = solver_registry(cfg.plugins)
-    solvers = parse_solver_spec(cfg.solvers, registry)
-    tasks = [load_task(name) for name in cfg.tasks]
-    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, attn_implementation=cfg.attn_implementation)
-    torch.manual_seed(cfg.seed)
-    work: list[tuple[Task, Example, list[int]]] = []
+def failed_sample(task: Task, example: Example, prompt_ids: list[int], solver: Solver, cfg: RunConfig,
+                  repeat: int, exc: BaseException) -> dict:
+    """The record of a sample whose decoding raised: the error instead of figures."""
+    message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    return {**_identity(task, example, prompt_ids, solver, cfg, repeat),
+            "output_ids": [], "output_text": "", "stop_reason": "error", "tokens": 0, "nfe": 0,
+            "prefill_forwards": 0, "revealed_per_forward": [], "forwards_per_block": [],
+            "wall_time_s": None, "prefill_time_s": None, "decode_time_s": None, "correct": None,
+            "answer": example.answer, "error": message, "peak_memory_bytes": None, "peak_memory_source": None,
+            "memory": None, "score_detail": None}
+
+
+def _identity(task, example, prompt_ids, solver, cfg, repeat) -> dict:
+    return {"task": task.name, "id": example.id, "solver": solver.name, "params": solver.params,
+            "config": solver.label, "block_size": cfg.block_size, "repeat": repeat, "prompt_tokens": len(prompt_ids),
+            "prompt_hash": prompt_hash(prompt_ids)}
+
+
+def prompt_hash(prompt_ids: list[int]) -> str:
+    """Identifies the exact prompt, so that `compare` notices a task whose example ids stayed but whose
+    prompts changed (then nothing it compares would mean anything)."""
+    return hashlib.sha256(json.dumps(prompt_ids).encode()).hexdigest()[:12]
+
+
+def measure_sample(lm, task, example, ids, solver, cfg, repeat) -> dict:
+    """decode_sample, with failure isolation: an exception (an OOM included) becomes an error record."""
+    try:
+        return decode_sample(lm, task, example, ids, solver, cfg, repeat)
+    except Exception as exc:  # KeyboardInterrupt / SystemExit are not Exceptions: they stop the sweep
+        if lm.device.type == "cuda":
+            torch.cuda.empty_cache()  # give an OOM'd configuration's memory back to the next one
+        return failed_sample(task, example, ids, solver, cfg, repeat, exc)
+
+
+# --------------------------------------------------------------------------------------- the run
+@contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM (a killed job, a CI timeout) unwinds like Ctrl-C, so the summary is written."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
+        previous = signal.signal(signal.SIGTERM, handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    else:
+        yield
+
+
+def plan_work(cfg: RunConfig, tasks: list[Task], lm: LoadedModel) -> list[tuple[Task, Example, list[int]]]:
+    work = []
     for task in tasks:
         examples = task.examples("test")[: cfg.limit]
         if not examples:
@@ -161,33 +270,149 @@ def run(cfg: RunConfig, progress=None) -> Path:
                 raise UsageError(f"task '{task.name}' example {example.id}: prompt of {len(ids)} tokens does not fit "
                                  f"the model's context of {lm.max_positions}; drop it or use a longer-context model")
             work.append((task, example, ids))
+    return work
 
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    samples_path = out / "samples.jsonl"
-    samples_path.unlink(missing_ok=True)
-    prov = provenance(cfg, lm)
-    summary = {"schema_version": SCHEMA_VERSION, "complete": False, "provenance": prov, "rows": []}
-    write_json_atomic(out / "summary.json", summary)
 
-    # warm-up: one decode per configuration, not recorded, so first-call costs stay out of the timings
-    task0, example0, ids0 = work[0]
-    for solver in solvers:
-        decode_sample(lm, task0, example0, ids0, solver, cfg)
+def plan_samples(work, solvers: list[Solver], repeats: int):
+    """Every sample of the run in measuring order: examples outer, repeats, configurations inner."""
+    return [(task, example, ids, repeat, solver)
+            for task, example, ids in work for repeat in range(repeats) for solver in solvers]
 
-    writer = RecordWriter(samples_path)
-    total, done, started = len(work) * len(solvers), 0, time.perf_counter()
+
+def _key(task: Task, example: Example, repeat: int, solver: Solver) -> tuple:
+    return solver.label, task.name, str(example.id), repeat
+
+
+def warm_up(lm, work, solvers, cfg) -> None:
+    """Unrecorded decodes, so that first-call costs (allocations, kernel selection) stay out of timings."""
+    task, example, ids = work[0]
+    for _ in range(cfg.warmup):
+        for solver in solvers:
+            measure_sample(lm, task, example, ids, solver, cfg, 0)
+    if cfg.batch_size > 1 and cfg.warmup:
+        from .batching import warm_up_batches
+
+        warm_up_batches(lm, work, solvers, cfg)
+
+
+def cost_curve_context(work, cfg: RunConfig) -> int:
+    budget = cfg.max_new_tokens or max(task.max_new_tokens for task, _, _ in work)
+    return int(sum(len(ids) for _, _, ids in work) / len(work) + budget // 2)
+
+
+def _measure_cost_curve(lm, work, cfg: RunConfig, summary: dict) -> None:
+    """The per-forward cost curve for the cost model; a failure here is recorded, never fatal."""
+    from .roofline import measure_cost_curve
+
     try:
-        for task, example, ids in work:
-            for solver in solvers:
-                writer.write(decode_sample(lm, task, example, ids, solver, cfg))
-                done += 1
-                if progress:
-                    progress(done, total, time.perf_counter() - started, f"{task.name}/{example.id} {solver.label}")
+        summary["cost_curve"] = measure_cost_curve(lm, cfg.block_size, cost_curve_context(work, cfg))
+    except Exception as exc:
+        summary["cost_curve"], summary["cost_curve_error"] = None, f"{type(exc).__name__}: {exc}"
+
+
+def _open_run_folder(cfg: RunConfig, resume: bool) -> tuple[Path, dict | None]:
+    out = Path(cfg.out)
+    if resume:
+        summary = read_summary(out)
+        repair_tail(out / SAMPLES)
+        return out, summary
+    if read_records(out / SAMPLES):
+        raise UsageError(f"{out} already holds records: finish it with `python -m sbd_bench run --resume {out}` "
+                         f"or choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SAMPLES).unlink(missing_ok=True)
+    return out, None
+
+
+def run(cfg: RunConfig, progress=None, resume: bool = False) -> Path:
+    solvers = parse_solver_spec(cfg.solvers, solver_registry(cfg.plugins))
+    options = {"chat_template": cfg.chat_template or None, "thinking": cfg.thinking}
+    tasks = [load_task(name, **{k: v for k, v in options.items() if v is not None}) for name in cfg.tasks]
+    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, attn_implementation=cfg.attn_implementation,
+                    device_map=cfg.device_map)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    work = plan_work(cfg, tasks, lm)
+    if cfg.shard is not None:  # torchrun: this rank's share of the examples
+        from .distributed import shard_work
+
+        work = shard_work(work, *cfg.shard)
+    out, summary = _open_run_folder(cfg, resume)
+    prov = provenance(cfg, lm)
+    if summary is None:
+        summary = {"schema_version": SCHEMA_VERSION, "complete": False, "provenance": prov, "rows": [],
+                   "failures": [], "cost_curve": None}
+    else:
+        _check_same_model(summary, prov, out)
+        summary.setdefault("resumed", []).append({k: prov[k] for k in ("command", "git_commit", "started")})
+        summary["complete"] = False
+    write_json_atomic(out / SUMMARY, summary)
+
+    planned = plan_samples(work, solvers, cfg.repeats)
+    done = {metrics.sample_key(r) for r in read_records(out / SAMPLES)}
+    todo = [s for s in planned if _key(s[0], s[1], s[3], s[4]) not in done]
+    with _sigterm_as_interrupt():
+        if todo:
+            warm_up(lm, work, solvers, cfg)
+        if cfg.cost_curve and not summary.get("cost_curve"):
+            _measure_cost_curve(lm, work, cfg, summary)
+        _sweep(lm, todo, cfg, out, summary, len(planned), len(planned) - len(todo), progress)
+    if cfg.report:
+        from .report import write_report
+
+        write_report(out)
+    return out
+
+
+def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progress) -> None:
+    writer = RecordWriter(out / SAMPLES)
+    started = time.perf_counter()
+    if cfg.batch_size > 1:
+        from .batching import batched_records
+
+        records = batched_records(lm, todo, cfg)
+    else:
+        records = (measure_sample(lm, task, example, ids, solver, cfg, repeat)
+                   for task, example, ids, repeat, solver in todo)
+    try:
+        for record in records:
+            writer.write(record)
+            done += 1
+            if progress:
+                status = f" FAILED: {record['error']}" if record["error"] else ""
+                progress(done, total, time.perf_counter() - started,
+                         f"{record['task']}/{record['id']} {record['config']}{status}")
     finally:
         writer.close()
-        records = read_records(samples_path)
-        summary["rows"] = metrics.summarize(records)
-        summary["complete"] = done == total
-        write_json_atomic(out / "summary.json", summary)
-    return out
+        if use_fast_path(cfg, lm):  # which way the forwards ran (CUDA graphs, or why not)
+            from .fastpath import FastPath
+
+            summary["provenance"]["fast_path"] = FastPath.for_model(lm).status
+        write_summary(out, summary, total)
+
+
+def write_summary(out: Path, summary: dict, total: int) -> None:
+    records = read_records(out / SAMPLES)
+    summary["rows"] = metrics.summarize(records)
+    summary["failures"] = [{"config": r["config"], "task": r["task"], "id": r["id"], "repeat": r.get("repeat", 0),
+                            "error": r["error"]} for r in records if r.get("error")]
+    summary["complete"] = len({metrics.sample_key(r) for r in records}) >= total
+    summary["samples"] = {"planned": total, "recorded": len(records)}
+    write_json_atomic(out / SUMMARY, summary)
+
+
+def _check_same_model(summary: dict, prov: dict, out: Path) -> None:
+    before = (summary.get("provenance") or {}).get("model_hash")
+    if before and prov["model_hash"] and before != prov["model_hash"]:
+        raise UsageError(f"{out} was started with another model (hash {before}, now {prov['model_hash']}): "
+                         f"resuming would mix models; start a new run folder instead")
+
+
+def resume(run_dir: Path, progress=None, command: str = "") -> Path:
+    """Finish an interrupted run with the configuration it was started with."""
+    summary = read_summary(Path(run_dir))
+    cfg = RunConfig.from_json((summary.get("provenance") or {}).get("config") or {})
+    cfg.out = Path(run_dir)
+    cfg.command = command or cfg.command
+    return run(cfg, progress=progress, resume=True)

@@ -2,74 +2,147 @@
 
     >>> rows = summarize(records)            # records: dicts as written to samples.jsonl
 
-Definitions:
-  nfe                 mean model forwards after prefill, per sample
-  tokens              mean generated tokens per sample (no prompt, no masks, nothing after the stop)
-  tokens_per_forward  total tokens / total nfe over the configuration's samples
-  speed_factor_nfe    mean over samples of nfe(ntp) / nfe(config), paired on (task, id, repeat)
-  speed_factor_wall   mean over samples of wall(ntp) / wall(config), paired likewise
+Per sample (as the decoding core records it):
+  nfe        model forwards after prefill (prefill forwards are ``prefill_forwards``, never in nfe)
+  tokens     generated tokens: no prompt, no mask, nothing after the stop (= len(output_ids))
+Repeats (``--repeats``) of one (config, task, example) collapse to one sample first: the median of
+each timing; the deterministic figures (nfe, tokens, correct) come from the first repeat.
+Per (config, task), over its samples without error:
+  nfe, tokens         means
+  tokens_per_forward  total tokens / total nfe
+  forwards_per_block  mean forwards per block
+  speed_factor_nfe    mean over examples of nfe(ntp) / nfe(config), paired on (task, id)
+  speed_factor_wall   the same with decode_time_s (decode wall-clock; prefill is timed apart and is
+                      the same code path for every solver)
+  *_lo, *_hi          95% interval: seeded percentile bootstrap over examples for speed factors,
+                      Wilson score interval for accuracy
   accuracy            mean of ``correct`` over samples that have a verdict (None when none has)
 """
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from statistics import mean
+from statistics import mean, median
 from typing import Iterable
 
 BASELINE_SOLVER = "ntp"
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+TIMING_FIELDS = ("wall_time_s", "prefill_time_s", "decode_time_s")
 
 
-def _key(rec: dict) -> tuple:
-    return rec["task"], rec["id"], rec.get("repeat", 0)
+def example_key(rec: dict) -> tuple[str, str]:
+    return rec["task"], str(rec["id"])
 
 
-def paired_ratios(records: list[dict], field: str) -> dict[tuple[str, str], list[float]]:
-    """(config, task) -> [baseline[field] / record[field]] over samples paired with the baseline."""
-    base = {_key(r): r[field] for r in records if r["solver"] == BASELINE_SOLVER and not r.get("error")}
-    out: dict[tuple[str, str], list[float]] = defaultdict(list)
+def sample_key(rec: dict) -> tuple[str, str, str, int]:
+    """What identifies one sample in a run: no two records of a finished run share it."""
+    return rec["config"], rec["task"], str(rec["id"]), int(rec.get("repeat", 0))
+
+
+def collapse_repeats(records: Iterable[dict]) -> list[dict]:
+    """One record per (config, task, id): timings are medians over repeats, ``repeats`` counts them.
+    A sample whose repeats include an error keeps the error."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
-        if r.get("error") or _key(r) not in base:
-            continue
-        value = r[field]
-        if value and value > 0:
-            out[(r["config"], r["task"])].append(base[_key(r)] / value)
+        groups[sample_key(r)[:3]].append(r)
+    out = []
+    for recs in groups.values():
+        recs = sorted(recs, key=lambda r: r.get("repeat", 0))
+        failed = [r for r in recs if r.get("error")]
+        merged = dict(failed[0] if failed else recs[0])
+        if not failed:
+            for name in TIMING_FIELDS:
+                values = [r[name] for r in recs if r.get(name) is not None]
+                merged[name] = median(values) if values else None
+        merged["repeats"] = len(recs)
+        out.append(merged)
     return out
 
 
+def paired_ratios(records: list[dict], field: str) -> dict[tuple[str, str], list[float]]:
+    """(config, task) -> [baseline[field] / record[field]] per example paired with the baseline.
+    ``records`` must already be collapsed over repeats."""
+    base = {example_key(r): r[field] for r in records if r["solver"] == BASELINE_SOLVER and not r.get("error")}
+    out: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in sorted(records, key=example_key):
+        b = base.get(example_key(r))
+        if r.get("error") or not b or not r.get(field) or r[field] <= 0:
+            continue
+        out[(r["config"], r["task"])].append(b / r[field])
+    return out
+
+
+def bootstrap_ci(values: list[float], level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES,
+                 seed: int = BOOTSTRAP_SEED) -> tuple[float, float] | tuple[None, None]:
+    """Percentile bootstrap interval of the mean; deterministic for a given seed and input order."""
+    if not values:
+        return None, None
+    import numpy as np
+
+    data = np.asarray(values, dtype=float)
+    if len(data) == 1:
+        return float(data[0]), float(data[0])
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, len(data), size=(resamples, len(data)))].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(means, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def wilson_ci(successes: int, n: int, z: float = 1.959964) -> tuple[float, float] | tuple[None, None]:
+    """Wilson score interval of a proportion (good at small n and at 0% / 100%)."""
+    if n == 0:
+        return None, None
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    lo, hi = max(0.0, centre - half), min(1.0, centre + half)
+    return (0.0 if successes == 0 else lo), (1.0 if successes == n else hi)  # exact ends, no rounding
+
+
 def summarize(records: Iterable[dict]) -> list[dict]:
-    records = list(records)
+    samples = collapse_repeats(records)
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for r in records:
+    for r in samples:
         groups[(r["config"], r["task"])].append(r)
-    nfe_ratios = paired_ratios(records, "nfe")
-    wall_ratios = paired_ratios(records, "wall_time_s")
-    rows = []
-    for (config, task), recs in groups.items():
-        ok = [r for r in recs if not r.get("error")]
-        verdicts = [bool(r["correct"]) for r in ok if r.get("correct") is not None]
-        total_nfe = sum(r["nfe"] for r in ok)
-        rows.append({
-            "solver": recs[0]["solver"],
-            "params": recs[0]["params"],
-            "config": config,
-            "task": task,
-            "n": len(ok),
-            "errors": len(recs) - len(ok),
-            "accuracy": mean(verdicts) if verdicts else None,
-            "nfe": mean(r["nfe"] for r in ok) if ok else None,
-            "tokens": mean(r["tokens"] for r in ok) if ok else None,
-            "tokens_per_forward": sum(r["tokens"] for r in ok) / total_nfe if total_nfe else None,
-            "speed_factor_nfe": _mean_or_none(nfe_ratios.get((config, task))),
-            "speed_factor_wall": _mean_or_none(wall_ratios.get((config, task))),
-            "wall_time_s": mean(r["wall_time_s"] for r in ok) if ok else None,
-            "peak_memory_bytes": max((r.get("peak_memory_bytes") or 0 for r in ok), default=None) or None,
-            "peak_memory_source": next((r.get("peak_memory_source") for r in ok if r.get("peak_memory_source")), None),
-        })
-    return rows
+    nfe_ratios = paired_ratios(samples, "nfe")
+    wall_ratios = paired_ratios(samples, "decode_time_s")
+    return [_row(config, task, recs, nfe_ratios.get((config, task), []), wall_ratios.get((config, task), []))
+            for (config, task), recs in groups.items()]
 
 
-def _mean_or_none(values: list[float] | None) -> float | None:
+def _row(config: str, task: str, recs: list[dict], nfe_ratios: list[float], wall_ratios: list[float]) -> dict:
+    ok = [r for r in recs if not r.get("error")]
+    verdicts = [bool(r["correct"]) for r in ok if r.get("correct") is not None]
+    total_nfe = sum(r["nfe"] for r in ok)
+    blocks = [n for r in ok for n in r.get("forwards_per_block") or []]
+    acc_lo, acc_hi = wilson_ci(sum(verdicts), len(verdicts))
+    nfe_lo, nfe_hi = bootstrap_ci(nfe_ratios)
+    wall_lo, wall_hi = bootstrap_ci(wall_ratios)
+    memory = [r.get("peak_memory_bytes") for r in ok if r.get("peak_memory_bytes")]
+    nvml = [r["memory"]["nvml_peak_used_bytes"] for r in ok
+            if (r.get("memory") or {}).get("nvml_peak_used_bytes")]
+    return {
+        "solver": recs[0]["solver"], "params": recs[0]["params"], "config": config, "task": task,
+        "n": len(ok), "errors": len(recs) - len(ok), "repeats": max(r["repeats"] for r in recs),
+        "accuracy": mean(verdicts) if verdicts else None, "accuracy_lo": acc_lo, "accuracy_hi": acc_hi,
+        "nfe": _mean(r["nfe"] for r in ok), "tokens": _mean(r["tokens"] for r in ok),
+        "tokens_per_forward": sum(r["tokens"] for r in ok) / total_nfe if total_nfe else None,
+        "forwards_per_block": _mean(blocks),
+        "speed_factor_nfe": _mean(nfe_ratios), "speed_factor_nfe_lo": nfe_lo, "speed_factor_nfe_hi": nfe_hi,
+        "speed_factor_wall": _mean(wall_ratios), "speed_factor_wall_lo": wall_lo, "speed_factor_wall_hi": wall_hi,
+        "wall_time_s": _mean(r["wall_time_s"] for r in ok),
+        "prefill_time_s": _mean(r["prefill_time_s"] for r in ok),
+        "decode_time_s": _mean(r["decode_time_s"] for r in ok),
+        "peak_memory_bytes": max(memory) if memory else None,
+        "peak_memory_source": next((r.get("peak_memory_source") for r in ok if r.get("peak_memory_source")), None),
+        "peak_memory_nvml_bytes": max(nvml) if nvml else None,
+    }
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
     return mean(values) if values else None
 
 

@@ -97,7 +97,10 @@ def load_model(
     dtype: str = "auto",
     attn_implementation: str = "sdpa",
     require_mask_token: bool = True,
+    device_map: str | dict | None = None,
 ) -> LoadedModel:
+    """``device_map`` ("auto", "balanced", or a dict): spread a model too large for one device over
+    every visible GPU (then CPU) with accelerate, instead of moving it whole to ``device``."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -124,13 +127,27 @@ def load_model(
             f"{path} has no mask token (tokenizer.mask_token or config.mask_token_id): it is not an SBD model; "
             f"fine-tune it with `python -m sbd_bench train --base {path} --out DIR`, which adds one"
         )
+    placement = {}
+    if device_map is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("accelerate") is None:
+            raise ModelError("--device-map needs the accelerate package: pip install accelerate "
+                             "(or drop --device-map to load the model on one device)")
+        placement = {"device_map": device_map}
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            path, local_files_only=True, dtype=torch_dtype, attn_implementation=attn_implementation
+            path, local_files_only=True, dtype=torch_dtype, attn_implementation=attn_implementation, **placement
         )
     except Exception as exc:
         raise ModelError(f"cannot load the weights in {path}: {str(exc).splitlines()[0]}") from exc
-    model.to(dev).eval()
+    if device_map is None:
+        model.to(dev)
+    else:  # inputs go where the embeddings are; accelerate's hooks move activations between devices
+        dev = model.get_input_embeddings().weight.device
+        if dev.type == "meta":  # embeddings offloaded: their hook runs them on the first GPU
+            dev = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    model.eval()
     max_pos = getattr(config, "max_position_embeddings", None)
     return LoadedModel(
         model=model,
@@ -142,5 +159,7 @@ def load_model(
         dtype=torch_dtype,
         attn_implementation=attn_implementation,
         max_positions=max_pos,
-        info={"model_type": config.model_type, "num_parameters": sum(p.numel() for p in model.parameters())},
+        info={"model_type": config.model_type, "num_parameters": sum(p.numel() for p in model.parameters()),
+              **({"device_map": {k: str(v) for k, v in (getattr(model, "hf_device_map", None) or {"": str(dev)}).items()}}
+                 if device_map is not None else {})},
     )

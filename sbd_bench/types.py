@@ -19,9 +19,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
+if TYPE_CHECKING:  # torch is imported where tensors are used, so `report`/`compare` never load it
+    import torch
 
 SCHEMA_VERSION = 1
 
@@ -46,7 +47,7 @@ class BlockView:
 
     @cached_property
     def log_probs(self) -> torch.Tensor:  # (B, k, V)
-        return torch.log_softmax(self.logits, dim=-1)
+        return self.logits.log_softmax(dim=-1)
 
     @cached_property
     def entropy(self) -> torch.Tensor:  # (B, k), nats, untempered
@@ -120,6 +121,8 @@ def reveal_top(score: torch.Tensor, masked: torch.Tensor, n: torch.Tensor | int)
     ``score`` (B, k); ``n`` an int or a (B,) tensor, clipped to [1, #masked] per row. Ties go to the
     leftmost position, so the choice is deterministic.
     """
+    import torch
+
     n_masked = masked.sum(-1)  # (B,)
     n = torch.as_tensor(n, device=masked.device).expand_as(n_masked)
     n = torch.minimum(n.clamp_min(1), n_masked)
@@ -159,6 +162,11 @@ class Task:
             return None
         return output.strip() == example.answer.strip()
 
+    def verdict(self, example: Example, output: str) -> tuple[bool | None, dict | None]:
+        """``score`` plus an optional detail for the sample record's ``score_detail`` (the extracted
+        answer, per-test outcomes of generated code). Override when there is more to say."""
+        return self.score(example, output), None
+
 
 # ----------------------------------------------------------------------------------------- records
 @dataclass
@@ -186,12 +194,15 @@ SAMPLE_FIELDS = (
     "prompt_tokens", "output_ids", "output_text", "stop_reason", "tokens", "nfe",
     "prefill_forwards", "revealed_per_forward", "forwards_per_block",
     "wall_time_s", "prefill_time_s", "decode_time_s", "correct", "answer", "error",
-    "peak_memory_bytes", "peak_memory_source",
+    "peak_memory_bytes", "peak_memory_source", "memory", "prompt_hash", "score_detail", "batch_size",
 )
 
 # One row of summary.json "rows" (per solver configuration x task).
 SUMMARY_ROW_FIELDS = (
-    "solver", "params", "config", "task", "n", "errors", "accuracy", "nfe", "tokens",
-    "tokens_per_forward", "speed_factor_nfe", "speed_factor_wall", "wall_time_s",
-    "peak_memory_bytes", "peak_memory_source",
+    "solver", "params", "config", "task", "n", "errors", "repeats", "accuracy", "accuracy_lo", "accuracy_hi",
+    "nfe", "tokens", "tokens_per_forward", "forwards_per_block",
+    "speed_factor_nfe", "speed_factor_nfe_lo", "speed_factor_nfe_hi",
+    "speed_factor_wall", "speed_factor_wall_lo", "speed_factor_wall_hi",
+    "wall_time_s", "prefill_time_s", "decode_time_s",
+    "peak_memory_bytes", "peak_memory_source", "peak_memory_nvml_bytes",
 )

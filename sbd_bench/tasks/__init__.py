@@ -66,18 +66,37 @@ class JsonlTask(Task):
         return list(self._examples)
 
 
-def load_task(name_or_path: str, **options) -> Task:
+def load_task(spec: str, **options) -> Task:
+    """``name``, ``name:key=value;key=value`` (e.g. ``gsm8k:path=data/gsm8k.jsonl``) or a JSONL path.
+    ``options`` (e.g. chat_template=True) are passed on to the task's constructor with the spec's."""
+    import inspect
+
     from ..registry import _did_you_mean, task_registry
 
     registry = task_registry()
-    if name_or_path in registry:
-        return registry[name_or_path](**options)
-    path = Path(name_or_path)
+    name, _, option_text = spec.partition(":")
+    if name in registry:
+        for item in filter(None, (p.strip() for p in option_text.split(";"))):
+            key, eq, value = item.partition("=")
+            if not eq or not value:
+                raise TaskError(f"bad task option '{item}' in '{spec}': write {name}:key=value (e.g. {name}:path=FILE)")
+            options[key.strip()] = value.strip()
+        cls = registry[name]
+        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        params = inspect.signature(cls.__init__).parameters.values() if cls.__init__ is not object.__init__ else ()
+        accepted = [p.name for p in params if p.name != "self" and p.kind in named]
+        for key in options:
+            if key not in accepted:
+                raise TaskError(f"task '{name}' has no option '{key}' (its options: {', '.join(accepted) or 'none'})")
+        return cls(**options)
+    path = Path(spec)
     if path.suffix == ".jsonl" or path.exists():
         if not path.is_file():
             raise TaskError(f"task file {path} does not exist: give a JSONL file or a built-in task name")
+        if options:
+            raise TaskError(f"options {', '.join(options)} apply to built-in tasks only, not to the JSONL file {path}")
         return JsonlTask(path)
-    raise TaskError(_did_you_mean(name_or_path, registry, "task") + " (or a path to a .jsonl file)")
+    raise TaskError(_did_you_mean(name, registry, "task") + " (or a path to a .jsonl file)")
 
 
 _import_builtin_tasks()

@@ -1,0 +1,157 @@
+"""The decoding core's per-forward overhead: everything a forward costs beyond the model call
+(solver decision, BlockView proxies, reveal checks, bookkeeping, stop checks, cache rollback), as
+a fraction of the model call itself.
+
+    python benchmarks/overhead.py --model sbd-tiny --block-size 16
+    python benchmarks/overhead.py --random-tiny      # random weights, sbd-tiny's dimensions
+    python benchmarks/overhead.py --random-dims llama-3.1-8b --device cuda --dtype bfloat16   # on a GPU
+
+The model is wrapped so that every call is timed (device synchronised around it); the decode time of
+``Decoder.generate`` minus the time inside model calls, per forward, is the overhead.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+import time
+from pathlib import Path
+from statistics import median
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# sbd-tiny's shape (models/sbd-tiny/config.json), for a random stand-in before the trained one exists
+TINY_DIMS = dict(hidden_size=192, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=4, head_dim=48, max_position_embeddings=128)
+
+
+class TimedModel:
+    """Calls the wrapped model and keeps the wall time of each call."""
+
+    def __init__(self, model, device):
+        self.model, self.device, self.times = model, device, []
+
+    def __getattr__(self, name):  # config, dtype, ...: whatever the core reads from the model
+        return getattr(self.model, name)
+
+    def __call__(self, *args, **kwargs):
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        start = time.perf_counter()
+        out = self.model(*args, **kwargs)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.times.append(time.perf_counter() - start)
+        return out
+
+
+def random_tiny(path: Path) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from sbd_bench.tokenizer import char_tokenizer
+
+    tok = char_tokenizer()
+    config = LlamaConfig(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id, tie_word_embeddings=True, **TINY_DIMS)
+    config.mask_token_id = tok.mask_token_id
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def random_lm(dims, device: str = "auto", dtype: str = "auto", max_positions: int = 4096):
+    """A random-weight Llama with the given ``roofline.ModelDims`` built directly on the device (an 8B
+    model never passes through CPU memory), with the char tokenizer; ids it cannot spell decode to
+    nothing, which is fine for timing."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from sbd_bench.model import DTYPES, LoadedModel, pick_device
+    from sbd_bench.tokenizer import char_tokenizer
+
+    dev = pick_device(device)
+    torch_dtype = DTYPES.get(dtype) or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
+    config = LlamaConfig(vocab_size=dims.vocab, hidden_size=dims.hidden, intermediate_size=dims.intermediate,
+                         num_hidden_layers=dims.layers, num_attention_heads=dims.heads,
+                         num_key_value_heads=dims.kv_heads, head_dim=dims.head_dim,
+                         max_position_embeddings=max_positions, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    with dev:
+        model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype).eval()
+    return LoadedModel(model=model, tokenizer=char_tokenizer(), mask_token_id=dims.vocab - 1, stop_token_ids=(),
+                       path=f"random {dims}", device=dev, dtype=torch_dtype, attn_implementation="sdpa",
+                       max_positions=max_positions, info={"num_parameters": sum(p.numel() for p in model.parameters())})
+
+
+def measure_overhead(lm, solver, prompt_ids: list[int], block_size: int, max_new_tokens: int, repeats: int = 5) -> dict:
+    """Medians over ``repeats`` decodes (after one warm-up) of the per-forward model time and overhead."""
+    from sbd_bench.decoding import Decoder
+
+    timed = TimedModel(lm.model, lm.device)
+    decoder = Decoder(dataclasses.replace(lm, model=timed), block_size=block_size, max_new_tokens=max_new_tokens)
+    decoder.generate(prompt_ids, solver)
+    model_s, overhead_s, nfe = [], [], 0
+    for _ in range(repeats):
+        timed.times.clear()
+        gen = decoder.generate(prompt_ids, solver)
+        inside = sum(timed.times[gen.prefill_forwards:])  # decode-phase model calls only
+        nfe = gen.nfe
+        model_s.append(inside / nfe)
+        overhead_s.append((gen.decode_time_s - inside) / nfe)
+    forward, overhead = median(model_s), median(overhead_s)
+    return {"config": solver.label, "nfe": nfe, "model_ms_per_forward": forward * 1e3,
+            "overhead_ms_per_forward": overhead * 1e3, "overhead_fraction": overhead / forward}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="sbd-tiny")
+    parser.add_argument("--random-tiny", action="store_true", help="random weights with sbd-tiny's dimensions")
+    parser.add_argument("--random-dims", default=None, help="random weights with a roofline preset's dimensions "
+                                                               "(llama-3.1-8b, qwen3-8b)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument("--solver", default="ntp+entropy_bounded:gamma=0.35+fixed_k:k=4+confidence")
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from sbd_bench.model import load_model
+    from sbd_bench.registry import parse_solver_spec, solver_registry
+    from sbd_bench.roofline import PRESETS
+
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.random_dims:
+            if args.random_dims not in PRESETS:
+                parser.error(f"--random-dims must be one of {', '.join(PRESETS)}")
+            lm = random_lm(PRESETS[args.random_dims], args.device, args.dtype)
+        else:
+            model = random_tiny(Path(tmp) / "m") if args.random_tiny else args.model
+            lm = load_model(model, device=args.device, dtype=args.dtype)
+        prompt = lm.tokenizer("12+34=", add_special_tokens=True)["input_ids"]
+        lm.stop_token_ids = ()  # decode the whole budget: every configuration does the same work
+        print(f"model {'random ' if args.random_tiny else ''}{lm.path} {lm.dtype} ({lm.info['num_parameters'] / 1e6:.2f}M params), "
+              f"{lm.device}, {torch.get_num_threads()} threads, k={args.block_size}, {args.max_new_tokens} new tokens")
+        print("| config | nfe | model ms/forward | overhead ms/forward | overhead / model call |")
+        print("|---|---|---|---|---|")
+        for solver in parse_solver_spec(args.solver, solver_registry()):
+            r = measure_overhead(lm, solver, prompt, args.block_size, args.max_new_tokens, args.repeats)
+            print(f"| {r['config']} | {r['nfe']} | {r['model_ms_per_forward']:.3f} | {r['overhead_ms_per_forward']:.3f} "
+                  f"| {r['overhead_fraction']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,351 @@
+"""Batched decoding: B prompts decoded together, each row with its own prompt length, masked set,
+progress and stop. Greedy outputs and per-row NFE equal those of ``Decoder.generate`` at batch 1
+(tests/test_batching.py); only the wall time is shared.
+
+    >>> gens = BatchDecoder(Decoder(lm, block_size=16, max_new_tokens=128)).generate(prompts, solver)
+    >>> [g.output_text for g in gens], [g.nfe for g in gens]
+
+Layout (B rows, P = longest prompt). Prompts are left-padded to P: cache column c of row b holds
+that row's position c - pad_b, and a key padding mask hides columns < pad_b from row b. All rows
+share the cache columns, so they move in lockstep, block-synchronously: every row's block starts at
+column P (at its own position P_b), each forward serves every row, and a row whose block is done
+(or that has stopped) idles until the others have finished theirs. A row's NFE counts only the
+forwards in which it had work, which is exactly its forward count at batch 1; idle rows cost compute
+but no NFE. Near the end of the context a row's block may be shorter than k: its missing slots are
+hidden by the key padding mask and never masked, so the solver sees the same block as at batch 1.
+
+Solvers are batched (``select`` takes (B, k)): deterministic ones are called once per forward on the
+rows that have work. A solver that draws from ``view.generator`` (``deterministic = False``) is called
+row by row, each row with its own generator seeded like batch 1, so its draws match batch 1 too.
+
+Timing: a row's ``prefill_time_s`` and ``decode_time_s`` are its 1/B share of its batch's times, so
+tokens / wall time over the records is the batch's throughput.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .decoding import Counters, DecodeError, Decoder, _check_reveal, _clock, attention_mask
+from .types import BlockView, Generation, Solver, UsageError
+
+
+class BatchSizeError(UsageError):
+    """A batch size the run cannot use; the message names the fix."""
+
+
+@dataclass
+class _Row:
+    prompt_len: int
+    pad: int  # left padding columns
+    budget: int
+    generator: torch.Generator | None
+    out: list[int] = field(default_factory=list)
+    revealed: list[int] = field(default_factory=list)
+    per_block: list[int] = field(default_factory=list)
+    nfe: int = 0
+    stop_reason: str = ""  # set once the row has stopped
+    size: int = 0  # this block's size (k, or less at the end of the context)
+    steps: int = 0  # forwards spent on this block
+    reveal_step: torch.Tensor | None = None  # (size,) forward index that revealed each slot
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.stop_reason)
+
+
+class BatchDecoder:
+    """Runs the primitives of a ``Decoder`` (``forward``, ``ntp_step``, ``block_step``) over B rows."""
+
+    def __init__(self, decoder: Decoder):
+        self.d = decoder
+
+    def generate(self, prompts: list[list[int]], solver: Solver) -> list[Generation]:
+        d, lm = self.d, self.d.lm
+        device, k = lm.device, d.block_size
+        if not prompts:
+            return []
+        for ids in prompts:
+            if not ids:
+                raise DecodeError("empty prompt: the core needs at least one prompt token")
+            if lm.max_positions is not None and len(ids) >= lm.max_positions:
+                raise DecodeError(f"prompt of {len(ids)} tokens does not fit the model's context of "
+                                  f"{lm.max_positions}: shorten it or use a model with a longer context")
+        batch, longest = len(prompts), max(len(p) for p in prompts)
+        d.counters = Counters()
+        rows = [_Row(prompt_len=len(p), pad=longest - len(p), budget=d._budget(len(p)),
+                     generator=None if solver.deterministic else torch.Generator().manual_seed(d.seed))
+                for p in prompts]
+        pad_id = getattr(lm.tokenizer, "pad_token_id", None)
+        ids = torch.full((batch, longest), 0 if pad_id is None else pad_id, dtype=torch.long, device=device)
+        for b, p in enumerate(prompts):
+            ids[b, rows[b].pad:] = torch.tensor(p, dtype=torch.long, device=device)
+        pads = torch.tensor([r.pad for r in rows], device=device)
+        columns = torch.arange(longest, device=device)
+        self.prompt_pad = columns[None] < pads[:, None]  # (B, P) True on left padding
+        positions = (columns[None] - pads[:, None]).clamp_min(0)  # (B, P)
+        self.committed = 0  # cache columns holding committed tokens (python-side: no device sync)
+        cache = d.new_cache(batch, longest + max(r.budget for r in rows) + 2 * k)
+
+        t0 = _clock(device)
+        if longest > 1:  # 1. prefill all but the last prompt column, causally, padding hidden
+            mask = attention_mask(0, longest - 1, 0, lm.dtype, device, self.prompt_pad[:, :-1])
+            d.forward(ids[:, :-1], positions[:, :-1], mask, cache, phase="prefill")
+            self.committed = longest - 1
+        t1 = _clock(device)
+        if solver.decodes_blocks:  # 2. decode
+            self._decode_blocks(ids, rows, solver, cache)
+        else:
+            self._decode_ntp(ids, rows, cache)
+        t2 = _clock(device)
+        return [Generation(output_ids=r.out, stop_reason=r.stop_reason, nfe=r.nfe,
+                           prefill_forwards=int(r.prompt_len > 1), revealed_per_forward=r.revealed,
+                           forwards_per_block=r.per_block, prefill_time_s=(t1 - t0) / batch,
+                           decode_time_s=(t2 - t1) / batch, output_text=d._text(r.out, r.stop_reason))
+                for r in rows]
+
+    # ------------------------------------------------------------------------------ helpers
+    def _key_pad(self, query_pad: torch.Tensor) -> torch.Tensor:
+        """(B, committed + Q) True where a row may not look: its prompt padding, ``query_pad``."""
+        batch, prompt_cols = self.prompt_pad.shape[0], min(self.committed, self.prompt_pad.shape[1] - 1)
+        rest = torch.zeros(batch, self.committed - prompt_cols, dtype=torch.bool, device=query_pad.device)
+        return torch.cat([self.prompt_pad[:, :prompt_cols], rest, query_pad], dim=1)
+
+    def _clamp(self, positions: torch.Tensor) -> torch.Tensor:
+        """Idle rows run past their end: keep their (unused) positions inside the model's range."""
+        top = self.d.lm.max_positions
+        return positions if top is None else positions.clamp_max(top - 1)
+
+    # ---------------------------------------------------------------------------------- NTP
+    def _decode_ntp(self, ids: torch.Tensor, rows: list[_Row], cache) -> None:
+        d, batch = self.d, ids.shape[0]
+        token = ids[:, -1:]  # (B, 1)
+        position = torch.tensor([[r.prompt_len - 1] for r in rows], device=ids.device)  # (B, 1)
+        no_pad = torch.zeros(batch, 1, dtype=torch.bool, device=ids.device)
+        while not all(r.finished for r in rows):
+            logits = d.ntp_step(token, self._clamp(position), cache, self._key_pad(no_pad))  # (B, V)
+            self.committed += 1
+            token = logits.argmax(-1, keepdim=True)  # (B, 1)
+            picked = token[:, 0].tolist()
+            for b, r in enumerate(rows):
+                if r.finished:
+                    continue
+                r.out.append(picked[b])
+                r.nfe += 1
+                cut, reason = d._stop(r.out, len(r.out), r.budget, first_new=len(r.out) - 1)
+                if cut is not None:
+                    r.out, r.stop_reason = r.out[:cut], reason
+                    r.revealed = [1] * len(r.out)
+                    r.per_block = [min(d.block_size, len(r.out) - i) for i in range(0, len(r.out), d.block_size)]
+            position = position + 1
+
+    # ------------------------------------------------------------------------------- blocks
+    def _decode_blocks(self, ids: torch.Tensor, rows: list[_Row], solver: Solver, cache) -> None:
+        d, lm, k, device = self.d, self.d.lm, self.d.block_size, ids.device
+        batch = ids.shape[0]
+        pending = ids[:, -1:]  # (B, n): the last prompt token, then each finished block
+        starts = [r.prompt_len for r in rows]  # positions, kept on the host
+        slot = torch.arange(k)
+        while not all(r.finished for r in rows):
+            for r, start in zip(rows, starts):
+                r.size = k if lm.max_positions is None else max(1, min(k, lm.max_positions - start))
+                r.steps, r.reveal_step = 0, torch.full((r.size,), -1, dtype=torch.long)
+            absent = slot[None] >= torch.tensor([[r.size] for r in rows])  # (B, k): slots past a row's context
+            # the host copy of ``masked`` drives the bookkeeping: no device sync per row
+            masked_host = ~absent & torch.tensor([[not r.finished] for r in rows])
+            absent, masked = absent.to(device), masked_host.to(device)
+            block = torch.full((batch, k), lm.mask_token_id, dtype=torch.long, device=device)
+            start = self._clamp(torch.tensor(starts, device=device))
+            step = 0
+            while masked_host.any():
+                working = masked_host.any(-1).nonzero()[:, 0].tolist()
+                if step == 0:  # the finished block (or last prompt token) is committed in this forward
+                    key_pad = self._key_pad(torch.cat([torch.zeros_like(pending, dtype=torch.bool), absent], 1))
+                    logits = d.block_step(pending, block, start, cache, key_pad)
+                    self.committed += pending.shape[1]
+                else:
+                    logits = d.block_step(block[:, :0], block, start, cache, self._key_pad(absent))
+                chosen, tokens = self._select(solver, logits, masked, rows, working, step)
+                block = torch.where(chosen, tokens, block)
+                chosen_host, block_host = chosen.cpu(), block.cpu()
+                masked_host &= ~chosen_host
+                for b in working:
+                    self._after_forward(rows[b], b, chosen_host, block_host, masked_host, step)
+                masked = masked_host.to(device)
+                step += 1
+            pending, starts = block, [s + k for s in starts]  # a row whose block was cut short has stopped
+
+    def _select(self, solver: Solver, logits, masked, rows: list[_Row], working: list[int], step: int):
+        """One solver decision for every working row: (chosen (B, k) bool, tokens (B, k))."""
+        chosen = torch.zeros_like(masked)
+        tokens = torch.zeros(masked.shape, dtype=torch.long, device=masked.device)
+        sizes = {rows[b].size for b in working}
+        if solver.deterministic and len(sizes) == 1:  # one batched call over the rows with work
+            size, idx = sizes.pop(), torch.tensor(working, device=masked.device)
+            view = BlockView(logits=logits[idx, :size], masked=masked[idx, :size].clone(), step=step)
+            picked = solver.select(view)
+            _check_reveal(solver, picked, masked[idx, :size])
+            chosen[idx, :size], tokens[idx, :size] = picked, view.tokens
+            return chosen, tokens
+        for b in working:  # row by row: own generator, own block size
+            size = rows[b].size
+            view = BlockView(logits=logits[b : b + 1, :size], masked=masked[b : b + 1, :size].clone(), step=step,
+                             generator=rows[b].generator)
+            picked = solver.select(view)
+            _check_reveal(solver, picked, masked[b : b + 1, :size])
+            chosen[b, :size], tokens[b, :size] = picked[0], view.tokens[0]
+        return chosen, tokens
+
+    def _after_forward(self, r: _Row, b: int, chosen, block, masked, step: int) -> None:
+        """The batch-1 loop's bookkeeping for one row after one forward (Decoder._decode_blocks), on the
+        host copies of ``chosen``, ``block`` and ``masked`` (B, k)."""
+        d = self.d
+        r.reveal_step[chosen[b, : r.size]] = step
+        r.nfe += 1
+        r.steps += 1
+        row_masked = masked[b, : r.size]
+        filled = int(row_masked.long().argmax()) if row_masked.any() else r.size  # contiguous prefix
+        head = r.out + block[b, :filled].tolist()
+        cut, reason = d._stop(head, len(r.out) + filled, r.budget, block_done=not row_masked.any(),
+                              first_new=len(r.out))
+        if cut is None:
+            return
+        kept = max(0, cut - len(r.out))
+        r.out += block[b, :kept].tolist()
+        counts = torch.bincount(r.reveal_step[:kept], minlength=r.steps) if kept else torch.zeros(r.steps, dtype=torch.long)
+        r.revealed += counts.tolist()
+        r.per_block.append(r.steps)
+        masked[b] = False  # the row's block is over: it idles until the others finish theirs
+        if reason != "block_done":
+            r.out, r.stop_reason = r.out[:cut], reason
+
+
+# ------------------------------------------------------------------------- harness glue, OOM
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, or a CPU allocation failure (a RuntimeError from the allocator)."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+class FittingBatcher:
+    """Decodes lists of prompts in batches of at most ``size``; when a batch does not fit in memory,
+    halves the size until one fits, says so on ``report`` once that size has worked, and goes on with
+    it. Results do not depend on the size (batching equals batch 1), only the timing does."""
+
+    def __init__(self, size: int, report=None, free=None):
+        self.requested = self.size = size
+        self.report = report or (lambda line: None)
+        self.free = free or free_memory  # called after an out-of-memory, before the retry
+        self._failed: int | None = None  # the size that did not fit, until a smaller one has worked
+
+    def run(self, decode, items: list) -> list:
+        """``decode(items[i:j]) -> list`` over all items, in order."""
+        out, i = [], 0
+        while i < len(items):
+            part = items[i : i + self.size]
+            try:
+                out += decode(part)
+            except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
+                if not is_out_of_memory(exc):
+                    raise
+                self.free()
+                if len(part) == 1:
+                    raise BatchSizeError("one sequence alone does not fit in memory: use a smaller model, "
+                                         "--dtype bfloat16, --device-map auto, or a smaller --max-new-tokens") from None
+                self._failed = self._failed or len(part)
+                self.size = max(1, len(part) // 2)
+                continue
+            if self._failed:
+                self.report(f"warning: batch size {self._failed} does not fit in memory; decoding {len(part)} "
+                            f"at a time instead, the largest size tried that fits (requested: {self.requested})")
+                self._failed = None
+            i += len(part)
+        return out
+
+
+def free_memory(lm=None) -> None:
+    """Give memory back after an out-of-memory: the fast path's preallocated caches and graphs of
+    ``lm`` (the next batch allocates its own), then the allocator's cached blocks."""
+    import gc
+
+    if lm is not None:
+        from .fastpath import FastPath
+
+        FastPath.release(lm)
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _example_chunks(todo: list, batch_size: int) -> list[list[tuple]]:
+    """Group ``todo`` [(task, example, ids, repeat, solver)] (examples outer) into chunks of at most
+    ``batch_size`` consecutive examples of one task (they share stop strings and budget). Each chunk
+    is a list of (task, example, ids, [(repeat, solver), ...])."""
+    examples: list[tuple] = []
+    for task, example, ids, repeat, solver in todo:
+        if examples and examples[-1][0] is task and examples[-1][1] is example:
+            examples[-1][3].append((repeat, solver))
+        else:
+            examples.append((task, example, ids, [(repeat, solver)]))
+    chunks: list[list[tuple]] = []
+    for item in examples:
+        if chunks and chunks[-1][0][0] is item[0] and len(chunks[-1]) < batch_size:
+            chunks[-1].append(item)
+        else:
+            chunks.append([item])
+    return chunks
+
+
+def _decode_chunk(lm, cfg, batcher: FittingBatcher, chunk: list[tuple], repeat: int, solver: Solver) -> dict:
+    """{example index in chunk: record} for the chunk's examples that need (repeat, solver)."""
+    from .harness import failed_sample, make_decoder, sample_record
+    from .memory import MemoryMonitor
+
+    needed = [i for i, (_, _, _, wanted) in enumerate(chunk) if any(r == repeat and s is solver for r, s in wanted)]
+    task = chunk[0][0]
+
+    def decode(part: list[int]) -> list[dict]:
+        with MemoryMonitor(lm.device) as mem:
+            gens = BatchDecoder(make_decoder(lm, task, cfg)).generate([chunk[i][2] for i in part], solver)
+        return [sample_record(task, chunk[i][1], chunk[i][2], solver, cfg, repeat, gen, mem.result, len(part))
+                for i, gen in zip(part, gens)]
+
+    try:
+        return dict(zip(needed, batcher.run(decode, needed)))
+    except Exception as exc:  # noqa: BLE001 - as at batch 1: the error is recorded, the sweep goes on
+        free_memory(lm)
+        return {i: failed_sample(task, chunk[i][1], chunk[i][2], solver, cfg, repeat, exc) for i in needed}
+
+
+def batched_records(lm, todo: list, cfg, report=None):
+    """The records of ``todo`` [(task, example, ids, repeat, solver)], in that order, decoded
+    ``cfg.batch_size`` examples of one task at a time (one batch per repeat and configuration)."""
+    import sys
+
+    batcher = FittingBatcher(cfg.batch_size, report or (lambda line: print(line, file=sys.stderr, flush=True)),
+                             free=lambda: free_memory(lm))
+    for chunk in _example_chunks(todo, cfg.batch_size):
+        done: dict[tuple, dict] = {}
+        for repeat, solver in dict.fromkeys(pair for *_, wanted in chunk for pair in wanted):
+            for i, record in _decode_chunk(lm, cfg, batcher, chunk, repeat, solver).items():
+                done[(i, repeat, solver.label)] = record
+        for i, (_, _, _, wanted) in enumerate(chunk):
+            for repeat, solver in wanted:
+                yield done[(i, repeat, solver.label)]
+
+
+def warm_up_batches(lm, work: list, solvers: list[Solver], cfg) -> None:
+    """One unrecorded batch per configuration, so that batch-shaped first-call costs (allocations,
+    CUDA graph captures) stay out of the timings."""
+    from .harness import make_decoder
+
+    task = work[0][0]
+    prompts = [ids for t, _, ids in work if t is task][: cfg.batch_size]
+    for solver in solvers:
+        try:
+            BatchDecoder(make_decoder(lm, task, cfg)).generate(prompts, solver)
+        except Exception:  # noqa: BLE001 - a batch that fails here fails (and is recorded) in the sweep
+            free_memory(lm)

@@ -1,0 +1,155 @@
+"""Regression check of a run against a baseline run, from record files only (no torch import).
+
+    python -m sbd_bench compare results/baseline runs/ci            # exit 1 on a regression
+
+Both runs are cut to the examples they share (a short CI run against a full baseline compares like
+with like), then summarised with the same metrics. Per configuration x task it fails when
+  nfe, tokens_per_forward  change by more than --nfe-tol / --tpf-tol (relative; default: any change)
+  accuracy                 changes by more than --accuracy-tol (absolute fraction; default: any change)
+  speed_factor_wall        falls more than --wall-tol below the baseline (relative; default 0.2: timings
+                           are noisy, CPUs more so; CI passes a larger one)
+  errors                   increase
+and when the run has a configuration the baseline lacks (refresh the baseline deliberately, see the
+README). Greedy decoding makes NFE, tokens and accuracy deterministic on one machine.
+Exit status: 0 pass, 1 regression, 2 bad input. The last stdout line is JSON.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .metrics import example_key, summarize
+from .records import load_run, write_text_atomic
+from .types import UsageError
+
+
+class CompareError(UsageError):
+    """Two runs that cannot be compared; the message says why and what to do."""
+
+EPS = 1e-9  # "any change" still ignores float noise in means of identical integers
+
+
+def _rel(base, new) -> float | None:
+    if base is None or new is None:
+        return None
+    if base == 0:
+        return 0.0 if new == 0 else float("inf")
+    return (new - base) / base
+
+
+def compare_rows(base_row: dict, run_row: dict, tol: dict) -> list[str]:
+    """The reasons this configuration x task regressed (empty when it did not)."""
+    problems = []
+    for name, key in (("nfe", "nfe"), ("tokens_per_forward", "tpf")):
+        change = _rel(base_row[name], run_row[name])
+        if change is not None and abs(change) > tol[key] + EPS:
+            problems.append(f"{name} {base_row[name]:.3f} -> {run_row[name]:.3f} ({100 * change:+.1f}%)")
+    a, b = base_row["accuracy"], run_row["accuracy"]
+    if (a is None) != (b is None) or (a is not None and abs(b - a) > tol["accuracy"] + EPS):
+        problems.append(f"accuracy {a} -> {b}")
+    change = _rel(base_row["speed_factor_wall"], run_row["speed_factor_wall"])
+    if change is not None and change < -tol["wall"] - EPS:
+        problems.append(f"speed_factor_wall {base_row['speed_factor_wall']:.2f} -> {run_row['speed_factor_wall']:.2f} "
+                        f"({100 * change:+.0f}%, tolerance -{100 * tol['wall']:.0f}%)")
+    if run_row["errors"] > base_row["errors"]:
+        problems.append(f"errors {base_row['errors']} -> {run_row['errors']}")
+    return problems
+
+
+def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[list[str]], list[str], list[str]]:
+    """(table body, regressions, notes) for a run against a baseline."""
+    base_summary, base_records = load_run(baseline_dir)
+    run_summary, run_records = load_run(run_dir)
+    shared = {example_key(r) for r in base_records} & {example_key(r) for r in run_records}
+    if not shared:
+        raise CompareError(f"{run_dir} and {baseline_dir} share no example (task, id): compare runs of the same tasks")
+    changed = _changed_prompts(base_records, run_records, shared)
+    if changed:
+        raise CompareError(f"{len(changed)} shared example(s) have different prompts in {baseline_dir} and {run_dir} "
+                           f"(first: {'/'.join(changed[0])}): the task changed, so nothing compares; refresh the "
+                           f"baseline deliberately (README, 'Measurement')")
+    base_rows = {(r["config"], r["task"]): r for r in summarize(r for r in base_records if example_key(r) in shared)}
+    run_rows = {(r["config"], r["task"]): r for r in summarize(r for r in run_records if example_key(r) in shared)}
+    notes = _setting_notes(base_summary, run_summary)
+    notes += [f"{d} is incomplete: only its finished samples are compared" for d, summary in
+              ((baseline_dir, base_summary), (run_dir, run_summary)) if not summary.get("complete")]
+    body, regressions = [], []
+    for key, row in run_rows.items():
+        base = base_rows.get(key)
+        if base is None:
+            regressions.append(f"{key[0]} on {key[1]}: missing from the baseline {baseline_dir}; refresh the "
+                               f"baseline deliberately (README, 'Measurement') or drop it from the run")
+            body.append([key[0], key[1], "-", _f(row["nfe"]), "-", _f(row["accuracy"]), "-", _f(row["tokens_per_forward"]),
+                         "-", _f(row["speed_factor_wall"]), "MISSING IN BASELINE"])
+            continue
+        problems = compare_rows(base, row, tol)
+        regressions += [f"{key[0]} on {key[1]}: {p}" for p in problems]
+        body.append([key[0], key[1], _f(base["nfe"]), _f(row["nfe"]), _f(base["accuracy"]), _f(row["accuracy"]),
+                     _f(base["tokens_per_forward"]), _f(row["tokens_per_forward"]), _f(base["speed_factor_wall"]),
+                     _f(row["speed_factor_wall"]), "FAIL" if problems else "ok"])
+    for key in sorted({(r["config"], r["task"]) for r in base_records} - run_rows.keys()):
+        notes.append(f"{key[0]} on {key[1]} is in the baseline but not in this run (not compared)")
+    return body, regressions, notes
+
+
+def _changed_prompts(base_records, run_records, shared) -> list[tuple[str, str]]:
+    """Shared (task, id) keys whose prompt differs (records without ``prompt_hash`` are not checked)."""
+    hashes: dict[tuple[str, str], set[str]] = {}
+    for r in [*base_records, *run_records]:
+        if r.get("prompt_hash") and example_key(r) in shared:
+            hashes.setdefault(example_key(r), set()).add(r["prompt_hash"])
+    return sorted(k for k, seen in hashes.items() if len(seen) > 1)
+
+
+def _setting_notes(base: dict, run: dict) -> list[str]:
+    notes = []
+    bp, rp = base.get("provenance") or {}, run.get("provenance") or {}
+    for key in ("model_hash", "device_name", "dtype", "torch", "transformers"):
+        if bp.get(key) != rp.get(key):
+            notes.append(f"{key} differs: baseline {bp.get(key)!r}, run {rp.get(key)!r}")
+    bc, rc = bp.get("config") or {}, rp.get("config") or {}
+    for key in ("block_size", "max_new_tokens", "seed"):
+        if bc.get(key) != rc.get(key):
+            notes.append(f"setting {key} differs: baseline {bc.get(key)!r}, run {rc.get(key)!r}")
+    return notes
+
+
+def _f(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+HEADER = ["config", "task", "nfe base", "nfe run", "acc base", "acc run", "tok/fwd base", "tok/fwd run",
+          "wall x base", "wall x run", "status"]
+
+
+def cmd_compare(args) -> int:
+    tol = {"nfe": args.nfe_tol, "tpf": args.tpf_tol, "accuracy": args.accuracy_tol, "wall": args.wall_tol}
+    if any(v < 0 for v in tol.values()):
+        raise UsageError("tolerances must be >= 0 (0 means any change fails)")
+    body, regressions, notes = compare_runs(Path(args.baseline), Path(args.run), tol)
+    table = "\n".join(["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+                      + ["| " + " | ".join(row) + " |" for row in body])
+    print(table)
+    for line in notes:
+        print(f"note: {line}", file=sys.stderr)
+    for line in regressions:
+        print(f"REGRESSION: {line}", file=sys.stderr)
+    if args.out:
+        write_text_atomic(Path(args.out), table + "\n" + "".join(f"\n- {r}" for r in regressions + notes) + "\n")
+    status = "fail" if regressions else "pass"
+    print(json.dumps({"status": status, "regressions": len(regressions), "compared": len(body)}))
+    return 1 if regressions else 0
+
+
+def add_cli(subparsers) -> None:
+    p = subparsers.add_parser("compare", help="compare a run with a baseline run; exit 1 on a regression")
+    p.add_argument("baseline", help="baseline run folder (e.g. results/baseline)")
+    p.add_argument("run", help="run folder to check")
+    p.add_argument("--nfe-tol", type=float, default=0.0, help="allowed relative change of mean NFE (default 0)")
+    p.add_argument("--tpf-tol", type=float, default=0.0, help="allowed relative change of tokens per forward (default 0)")
+    p.add_argument("--accuracy-tol", type=float, default=0.0, help="allowed absolute change of accuracy, 0..1 (default 0)")
+    p.add_argument("--wall-tol", type=float, default=0.2,
+                   help="allowed relative drop of the wall-clock speed factor (default 0.2; CI uses 0.5)")
+    p.add_argument("--out", default=None, help="also write the table and findings to this Markdown file")
+    p.set_defaults(func=cmd_compare)

@@ -1,0 +1,227 @@
+"""The sandbox contains hostile programs and scores them as failures while the run goes on.
+
+Every hostile program here stops by itself (a fork loop stops after 3000 processes, an allocation at
+3 GiB, printing at 2 GiB), so a containment failure fails the test instead of taking the machine
+down. The network test connects only to a listener this test opens on 127.0.0.1.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import textwrap
+
+import pytest
+
+from sbd_bench import sandbox
+from sbd_bench.sandbox import Limits, Outcome, run_many, run_python
+
+FAST = Limits(timeout_s=5)
+
+
+def iso():
+    return sandbox.isolation()
+
+
+def needs(condition: bool, why: str):
+    if not condition:
+        pytest.skip(why)
+
+
+def processes_running(text: str) -> list[int]:
+    """PIDs whose command line contains ``text``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    if text.encode() in handle.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def test_ordinary_programs_and_statuses():
+    ok, wrong, crash = run_many([("print(input()[::-1])", "abc\n"), ("raise SystemExit(3)", None),
+                                 ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", None)], FAST)
+    assert (ok.status, ok.stdout) == ("passed", "cba\n")
+    assert (wrong.status, wrong.returncode) == ("failed", 3)
+    assert crash.status == "crashed" and "SIGSEGV" in crash.detail
+    err = run_python("1/0", limits=FAST)
+    assert err.status == "failed" and "ZeroDivisionError" in err.detail
+
+
+def test_fresh_working_directory_and_scrubbed_user():
+    out = run_python("import os; print(os.getcwd()); print(os.getuid()); open('x.txt', 'w').write('mine')", limits=FAST)
+    assert out.status == "passed", out.stderr
+    cwd, uid = out.stdout.split()
+    assert cwd != os.getcwd() and not os.path.exists(cwd)  # removed afterwards
+    if os.geteuid() == 0:
+        assert int(uid) != 0, "a sandbox started as root must drop to an unprivileged uid"
+    second = run_python("import os; print(os.getcwd(), os.listdir('.'))", limits=FAST)
+    assert second.stdout.split()[0] != cwd and "x.txt" not in second.stdout
+
+
+def test_infinite_loop_times_out():
+    out = run_python("while True:\n    pass\n", limits=Limits(timeout_s=1))
+    assert out.status == "timed_out" and out.duration_s < 4
+
+
+def test_fork_bomb_is_capped_and_cleaned_up():
+    source = textwrap.dedent("""
+        import os, sys, time
+        print(os.getcwd(), flush=True)
+        made = 0
+        try:
+            for _ in range(3000):          # stops by itself even if nothing holds it
+                if os.fork() == 0:
+                    time.sleep(20)
+                    os._exit(0)
+                made += 1
+        except OSError:
+            print("blocked after", made, flush=True)
+            sys.exit(1)
+        print("forked", made, flush=True)
+    """)
+    out = run_python(source, limits=Limits(timeout_s=10, max_processes=32))
+    assert out.status == "failed", out
+    assert "blocked after" in out.stdout and int(out.stdout.split()[-1]) < 32
+    workdir = out.stdout.split()[0]
+    assert processes_running(workdir) == [], "forked children outlived the program"
+
+
+def test_memory_beyond_the_limit_fails():
+    source = textwrap.dedent("""
+        chunks = []
+        try:
+            for _ in range(12):            # at most 3 GiB even if nothing holds it
+                chunks.append(bytearray(256 << 20))
+        except MemoryError:
+            print("MemoryError after", len(chunks))
+            raise SystemExit(1)
+        print("allocated", len(chunks))
+    """)
+    out = run_python(source, limits=Limits(timeout_s=10, memory_bytes=512 << 20))
+    assert out.status == "failed" and "MemoryError after" in out.stdout
+    assert int(out.stdout.split()[-1]) < 2
+
+
+def test_cannot_write_outside_its_directory(tmp_path):
+    needs(iso().uid is not None, "programs run as our own uid (not root here): file permissions are ours")
+    target = tmp_path / "outside"
+    target.mkdir()
+    source = textwrap.dedent(f"""
+        import os
+        open("inside.txt", "w").write("ok")   # its own directory is writable
+        print("inside ok", flush=True)
+        open({str(target / 'pwned.txt')!r}, "w").write("pwned")
+    """)
+    out = run_python(source, limits=FAST)
+    # denied, or (with a private /tmp) not even there
+    assert out.status == "failed" and re.match("(PermissionError|FileNotFoundError)", out.detail), out.detail
+    assert "inside ok" in out.stdout and not (target / "pwned.txt").exists()
+    cwd_attempt = run_python(f"open({os.path.join(os.getcwd(), 'pwned.txt')!r}, 'w')", limits=FAST)
+    assert cwd_attempt.status == "failed" and not os.path.exists("pwned.txt")
+
+
+def test_world_writable_folders_are_private():
+    needs(iso().private_scratch, "no mount namespace here: /tmp is shared with the program")
+    name = f"/tmp/sbd-escape-{os.urandom(6).hex()}"
+    out = run_python(f"open({name!r}, 'w').write('x'); print('wrote')", limits=FAST)
+    assert out.stdout == "wrote\n" and not os.path.exists(name)
+
+
+def test_environment_secrets_are_not_inherited(monkeypatch):
+    secret = "hunter2-" + os.urandom(6).hex()
+    monkeypatch.setenv("SBD_TEST_SECRET", secret)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    out = run_python("import os; print(dict(os.environ))", limits=FAST)
+    assert out.status == "passed" and secret not in out.stdout and "SBD_TEST_SECRET" not in out.stdout
+
+
+def test_cannot_read_our_environment_through_proc():
+    needs(iso().uid is not None or iso().private_scratch,
+          "programs run as our own uid (not root here) and see our /proc (no mount namespace)")
+    path = f"/proc/{os.getpid()}/environ"
+    assert open(path, "rb").read()  # readable to us ...
+    out = run_python(f"print(open({path!r}, 'rb').read()[:80])", limits=FAST)
+    assert out.status == "failed" and re.match("(PermissionError|FileNotFoundError)", out.detail)  # not to it
+
+
+def test_network_is_unreachable_even_to_a_local_listener():
+    needs(iso().network_isolated, "no network namespace on this platform (unshare refused)")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        source = textwrap.dedent(f"""
+            import socket
+            conn = socket.create_connection(("127.0.0.1", {port}), timeout=2)
+            conn.sendall(b"exfiltrated")
+            print("connected")
+        """)
+        out = run_python(source, limits=FAST)
+        assert out.status == "failed" and "connected" not in out.stdout
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody knocked
+
+
+def test_printing_gigabytes_is_cut_off():
+    source = textwrap.dedent("""
+        import sys
+        chunk = "x" * (1 << 20)
+        for _ in range(2048):              # 2 GiB at most
+            sys.stdout.write(chunk)
+    """)
+    limits = Limits(timeout_s=10, file_size_bytes=4 << 20, output_chars=1000)
+    out = run_python(source, limits=limits)
+    assert out.status in ("failed", "crashed") and out.duration_s < 10
+    assert len(out.stdout) < 1100
+
+
+def test_killing_its_parent_fails_and_the_run_goes_on():
+    needs(iso().uid is not None or iso().pid_namespace, "same uid and no PID namespace here")
+    received = []
+    previous = {s: signal.signal(s, lambda sig, frame: received.append(sig)) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        # catchable signals at us, so that a containment failure is seen, not fatal
+        source = textwrap.dedent(f"""
+            import os, signal
+            hits = 0
+            for pid in ({os.getpid()}, os.getppid()):
+                for sig in (signal.SIGTERM, signal.SIGUSR1):
+                    try:
+                        os.kill(pid, sig)
+                        hits += 1
+                    except OSError as exc:
+                        print(pid, type(exc).__name__)
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+        """)
+        out = run_python(source, limits=FAST)
+        assert out.status != "passed"
+        assert received == [], f"the program signalled the test process: {received}"
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    assert run_python("print('still here')", limits=FAST).stdout == "still here\n"
+
+
+def test_a_mixed_batch_returns_every_outcome():
+    jobs = [("while True: pass", None), ("print('ok')", None), ("import os; os._exit(7)", None)]
+    outs = run_many(jobs, Limits(timeout_s=1))
+    assert [o.status for o in outs] == ["timed_out", "passed", "failed"]
+    assert all(isinstance(o, Outcome) and o.status in sandbox.STATUSES for o in outs)
+
+
+def test_unusable_interpreter_is_one_clear_error(monkeypatch):
+    monkeypatch.setenv("SBD_SANDBOX_PYTHON", "/nonexistent/python3")
+    sandbox.isolation.cache_clear()
+    try:
+        with pytest.raises(sandbox.SandboxError, match="SBD_SANDBOX_PYTHON"):
+            sandbox.isolation()
+    finally:
+        monkeypatch.delenv("SBD_SANDBOX_PYTHON")
+        sandbox.isolation.cache_clear()

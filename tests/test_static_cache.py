@@ -1,0 +1,154 @@
+"""The preallocated cache gives the reference cache's logits (float32, max abs diff <= 1e-5) on tiny
+Llama and Qwen3 models with grouped-query attention, through prefill, NTP steps, block steps with
+rollback, and a reset; and the decoder's fast path (static cache, eager on CPU) decodes the same."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scale_models import build_scale_model as build_tiny_model
+from sbd_bench.cache import CacheFullError, KVCache, StaticKVCache
+from sbd_bench.decoding import Decoder
+from sbd_bench.model import load_model
+from sbd_bench.registry import parse_solver_spec, solver_registry
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models on a shared 2-core machine: one thread is several times faster than two that wait
+    for each other; restored afterwards, so other test files keep their setting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3"])
+def lm(request, tmp_path_factory):
+    path = build_tiny_model(tmp_path_factory.mktemp(request.param), family=request.param, max_positions=128)
+    return load_model(path, device="cpu", dtype="float32")
+
+
+def _script(decoder: Decoder, cache, prompt: torch.Tensor) -> list[torch.Tensor]:
+    """The core's forwards in the order generate uses them; returns every logits tensor."""
+    k, out = 4, []
+    decoder.prefill(prompt[:, :-1], cache)
+    token, position = prompt[:, -1:], prompt.shape[1] - 1
+    for _ in range(3):  # NTP steps
+        logits = decoder.ntp_step(token, position, cache)
+        out.append(logits)
+        token, position = logits.argmax(-1, keepdim=True), position + 1
+    block = torch.full((1, k), decoder.lm.mask_token_id)
+    pending, start = token, position + 1
+    for step in range(3):  # a first forward with pending tokens, then block-only forwards
+        logits = decoder.block_step(pending if step == 0 else block[:, :0], block, start, cache)
+        out.append(logits)
+        block[0, step] = int(logits[0, step].argmax())
+    out.append(decoder.block_step(block, torch.full((1, k), decoder.lm.mask_token_id), start + k, cache))
+    assert cache.length == prompt.shape[1] + 3 + k  # prompt - 1 + 1 carried + 3 NTP + the pending block
+    return out
+
+
+def test_static_cache_matches_reference_logits(lm):
+    prompt = torch.tensor([lm.tokenizer("12+34=5*6")["input_ids"]])
+    reference = _script(Decoder(lm), KVCache(lm.model.config), prompt)
+    static = StaticKVCache(lm.model.config, capacity=64)
+    for _ in range(2):  # the second pass runs on the reset cache, over stale columns
+        got = _script(Decoder(lm), static, prompt)
+        for ref, fast in zip(reference, got):
+            assert ref.shape == fast.shape
+            finite = torch.isfinite(ref)  # the mask token's logit is -inf in both
+            assert torch.equal(finite, torch.isfinite(fast))
+            assert (ref[finite] - fast[finite]).abs().max().item() <= 1e-5
+        static.reset()
+        assert static.length == 0
+
+
+def test_rollback_moves_the_position_only(lm):
+    cache = StaticKVCache(lm.model.config, capacity=32)
+    decoder = Decoder(lm)
+    decoder.prefill(torch.tensor([[1, 5, 6, 7]]), cache)
+    keys = cache.hf.layers[0].keys
+    assert cache.length == 4 and keys.shape[2] == 32
+    cache.rollback(2)
+    assert cache.length == 2 and cache.hf.layers[0].keys is keys  # same buffer, position moved
+    assert cache.bytes_per_token(torch.float32) == KVCache(lm.model.config).bytes_per_token(torch.float32)
+
+
+def test_full_static_cache_is_a_clear_error(lm):
+    cache = StaticKVCache(lm.model.config, capacity=4)
+    with pytest.raises(CacheFullError, match="capacity 4"):
+        Decoder(lm).prefill(torch.tensor([[1, 5, 6, 7, 8]]), cache)
+
+
+def test_fast_decoder_decodes_like_the_reference(lm):
+    prompt = lm.tokenizer("3*4=")["input_ids"]
+    for solver in parse_solver_spec("ntp+entropy_bounded:gamma=0.35+fixed_k", solver_registry()):
+        ref = Decoder(lm, block_size=4, max_new_tokens=12).generate(prompt, solver)
+        fast = Decoder(lm, block_size=4, max_new_tokens=12, fast=True)
+        for _ in range(2):  # the second decode reuses the model's preallocated cache
+            got = fast.generate(prompt, solver)
+            assert (got.output_ids, got.nfe, got.revealed_per_forward) == (ref.output_ids, ref.nfe,
+                                                                          ref.revealed_per_forward)
+
+
+def test_fast_path_reuses_one_cache_per_batch_size(lm):
+    from sbd_bench.fastpath import CAPACITY_STEP, FastPath
+
+    path = FastPath.for_model(lm)
+    assert FastPath.for_model(lm) is path  # one per model: caches outlive each Decoder
+    first = path.cache(2, 10)
+    assert first.capacity == CAPACITY_STEP and path.cache(2, 100) is first and first.length == 0
+    bigger = path.cache(2, CAPACITY_STEP + 1)
+    assert bigger is not first and bigger.capacity == 2 * CAPACITY_STEP
+    assert path.cache(3, 10) is not bigger
+    FastPath.release(lm)  # after an out-of-memory: the buffers go, the next batch allocates its own
+    assert path.cache(2, 10) is not bigger
+
+
+def test_gpu_check_script_runs_tiny_on_cpu(tmp_path):
+    """The H200 script cannot run here; --tiny runs the same code on a tiny CPU model."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "check.json"
+    done = subprocess.run([sys.executable, str(root / "scripts" / "gpu_check.py"), "--tiny", "--tokens", "6",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    for section in ("model", "bandwidth", "ntp_batch_1", "block_forward_batch_1", "batch_sweep", "targets"):
+        assert section in result
+    assert result["ntp_batch_1"]["leading_tokens_equal"]["fast_vs_eager"] == 6  # float32: the same tokens
+    assert [row["batch"] for row in result["batch_sweep"]] == [1, 2, 4]
+
+
+def test_sliding_window_models_keep_the_reference_cache():
+    from transformers import LlamaConfig, MistralConfig
+
+    from sbd_bench.fastpath import _plain_static_layers
+
+    assert _plain_static_layers(LlamaConfig(num_hidden_layers=2))
+    assert not _plain_static_layers(MistralConfig(num_hidden_layers=2, sliding_window=64))  # windowed layers
+
+
+def test_run_with_fast_records_the_same_samples_and_the_path(lm, tmp_path):
+    import json
+
+    from sbd_bench.harness import RunConfig, read_records, run
+
+    task = tmp_path / "t.jsonl"
+    task.write_text("".join(json.dumps({"id": str(i), "prompt": p}) + "\n" for i, p in enumerate(["1+2=", "34*5="])))
+    runs = {}
+    for fast in (False, True):
+        out = tmp_path / f"fast-{fast}"
+        run(RunConfig(model=lm.path, tasks=[str(task)], solvers="entropy_bounded", out=out, block_size=4,
+                      max_new_tokens=8, device="cpu", dtype="float32", fast=fast, cost_curve=False, report=False))
+        runs[fast] = [(r["config"], r["output_ids"], r["nfe"]) for r in read_records(out / "samples.jsonl")]
+        status = json.loads((out / "summary.json").read_text())["provenance"].get("fast_path")
+        assert status == ("static cache, eager (graphs need CUDA)" if fast else None)
+    assert runs[True] == runs[False]

@@ -235,21 +235,16 @@ def training_groups(data: str, tokenizer, train_examples: int, seed: int) -> lis
 def _read_pairs(path: Path) -> list[tuple[str, str]]:
     if not path.is_file():
         raise TrainError(f"data file {path} does not exist: give a JSONL file with prompt/completion or task names")
+    from .tasks import iter_jsonl
+
     rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TrainError(f"{path}:{number}: not valid JSON ({exc.msg}); write one JSON object per line") from None
-            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
-                raise TrainError(f"{path}:{number}: needs a string 'prompt' field (and a 'completion')")
-            if not isinstance(row.get("completion"), str) or not row["completion"]:
-                raise TrainError(f"{path}:{number}: no 'completion' field: training data needs "
-                                 f"{{\"prompt\": ..., \"completion\": ...}} per line")
-            rows.append((row["prompt"], row["completion"]))
+    for number, row in iter_jsonl(path, TrainError):
+        if not isinstance(row.get("prompt"), str):
+            raise TrainError(f"{path}:{number}: needs a string 'prompt' field (and a 'completion')")
+        if not isinstance(row.get("completion"), str) or not row["completion"]:
+            raise TrainError(f"{path}:{number}: no 'completion' field: training data needs "
+                             f"{{\"prompt\": ..., \"completion\": ...}} per line")
+        rows.append((row["prompt"], row["completion"]))
     if not rows:
         raise TrainError(f"{path} holds no examples: add lines like {{\"prompt\": \"1+1=\", \"completion\": \"2\"}}")
     return rows

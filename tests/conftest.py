@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from tiny_models import build_tiny_model
 
 
@@ -18,3 +19,13 @@ def tiny_models(tmp_path_factory):
         "nomask": build_tiny(root / "nomask", "llama", with_mask=False),
         "short": build_tiny(root / "short", "llama", max_positions=32),
     }
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models on a shared 2-core machine: one thread is several times faster than two that wait
+    for each other; restored afterwards, so other test modules keep their setting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

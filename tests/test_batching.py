@@ -20,14 +20,7 @@ FIELDS = ("output_ids", "output_text", "stop_reason", "nfe", "prefill_forwards",
           "forwards_per_block")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models on a shared 2-core machine: one thread is several times faster than two that wait
-    for each other; restored afterwards, so other test files keep their setting."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,21 @@ def _import_builtin_tasks() -> None:
         importlib.import_module(f"{__name__}.{info.name}")
 
 
+def iter_jsonl(path: str | Path, error: type[UsageError] = TaskError):
+    """(line number, object) for each non-blank line; ``error`` names the file and line of a bad one."""
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise error(f"{path}:{number}: not valid JSON ({exc.msg}); write one JSON object per line") from None
+            if not isinstance(row, dict):
+                raise error(f"{path}:{number}: expected a JSON object, one per line")
+            yield number, row
+
+
 class JsonlTask(Task):
     """Examples from a JSONL file: one object per line with ``id``, ``prompt``, optional ``answer``
     (exact match after stripping whitespace) and optional ``stop`` (a list of stop strings)."""
@@ -37,27 +52,18 @@ class JsonlTask(Task):
 
     def _read(self) -> list[Example]:
         examples, seen = [], set()
-        with open(self.path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise TaskError(f"{self.path}:{number}: not valid JSON ({exc.msg}); write one JSON object per line") from None
-                if not isinstance(row, dict):
-                    raise TaskError(f"{self.path}:{number}: expected a JSON object with 'id' and 'prompt'")
-                for key in ("id", "prompt"):
-                    if key not in row:
-                        raise TaskError(f"{self.path}:{number}: missing field '{key}' (each line needs 'id' and 'prompt')")
-                if not isinstance(row["prompt"], str) or not row["prompt"]:
-                    raise TaskError(f"{self.path}:{number}: 'prompt' must be a non-empty string")
-                if str(row["id"]) in seen:
-                    raise TaskError(f"{self.path}:{number}: duplicate id {row['id']!r}; ids must be unique")
-                seen.add(str(row["id"]))
-                answer = row.get("answer")
-                meta = {"stop": list(row["stop"])} if isinstance(row.get("stop"), list) else {}
-                examples.append(Example(str(row["id"]), row["prompt"], None if answer is None else str(answer), meta))
+        for number, row in iter_jsonl(self.path):
+            for key in ("id", "prompt"):
+                if key not in row:
+                    raise TaskError(f"{self.path}:{number}: missing field '{key}' (each line needs 'id' and 'prompt')")
+            if not isinstance(row["prompt"], str) or not row["prompt"]:
+                raise TaskError(f"{self.path}:{number}: 'prompt' must be a non-empty string")
+            if str(row["id"]) in seen:
+                raise TaskError(f"{self.path}:{number}: duplicate id {row['id']!r}; ids must be unique")
+            seen.add(str(row["id"]))
+            answer = row.get("answer")
+            meta = {"stop": list(row["stop"])} if isinstance(row.get("stop"), list) else {}
+            examples.append(Example(str(row["id"]), row["prompt"], None if answer is None else str(answer), meta))
         if not examples:
             raise TaskError(f"{self.path} holds no examples: add lines like {{\"id\": \"1\", \"prompt\": \"...\"}}")
         return examples

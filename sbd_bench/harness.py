@@ -33,7 +33,7 @@ import torch
 from . import metrics
 from .decoding import Decoder
 from .memory import MemoryMonitor, nvml_for
-from .model import LoadedModel, folder_hash, load_model
+from .model import MODELS_DIR, LoadedModel, folder_hash, load_model
 from .records import (SAMPLES, SUMMARY, RecordWriter, read_records, read_summary, repair_tail,  # noqa: F401
                       write_json_atomic)
 from .registry import parse_solver_spec, solver_registry
@@ -42,6 +42,14 @@ from .types import SCHEMA_VERSION, Example, Solver, Task, UsageError
 
 MODEL_CONFIG_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                      "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings", "tie_word_embeddings")
+
+
+def shipped_relative(path: str) -> str:
+    """A shipped model as 'models/NAME' (records stay the same on every machine); others as given."""
+    resolved = Path(path).resolve()
+    if resolved.parent == MODELS_DIR.resolve():
+        return f"models/{resolved.name}"
+    return path
 
 
 @dataclass
@@ -141,7 +149,7 @@ def provenance(cfg: RunConfig, lm: LoadedModel) -> dict:
         "git_dirty": bool(_git("status", "--porcelain")),
         "command": cfg.command or " ".join(sys.argv),
         "config": cfg.to_json(),
-        "model_path": lm.path,
+        "model_path": shipped_relative(lm.path),
         "model_hash": folder_hash(Path(lm.path)) if Path(lm.path).is_dir() else None,
         "model_info": lm.info,
         "model_config": {k: model_config.get(k) for k in MODEL_CONFIG_KEYS},

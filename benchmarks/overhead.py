@@ -54,7 +54,7 @@ def random_tiny(path: Path) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from sbd_bench.tokenizer import char_tokenizer
+    from sbd_bench.training.tokenizer import char_tokenizer
 
     tok = char_tokenizer()
     config = LlamaConfig(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
@@ -73,8 +73,8 @@ def random_lm(dims, device: str = "auto", dtype: str = "auto", max_positions: in
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from sbd_bench.model import DTYPES, LoadedModel, pick_device
-    from sbd_bench.tokenizer import char_tokenizer
+    from sbd_bench.core.model import DTYPES, LoadedModel, pick_device
+    from sbd_bench.training.tokenizer import char_tokenizer
 
     dev = pick_device(device)
     torch_dtype = DTYPES.get(dtype) or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
@@ -92,7 +92,7 @@ def random_lm(dims, device: str = "auto", dtype: str = "auto", max_positions: in
 
 def measure_overhead(lm, solver, prompt_ids: list[int], block_size: int, max_new_tokens: int, repeats: int = 5) -> dict:
     """Medians over ``repeats`` decodes (after one warm-up) of the per-forward model time and overhead."""
-    from sbd_bench.decoding import Decoder
+    from sbd_bench.core.decoding import Decoder
 
     timed = TimedModel(lm.model, lm.device)
     decoder = Decoder(dataclasses.replace(lm, model=timed), block_size=block_size, max_new_tokens=max_new_tokens)
@@ -127,9 +127,9 @@ def main(argv=None) -> int:
 
     import torch
 
-    from sbd_bench.model import load_model
+    from sbd_bench.core.model import load_model
     from sbd_bench.registry import parse_solver_spec, solver_registry
-    from sbd_bench.roofline import PRESETS
+    from sbd_bench.analysis.roofline import PRESETS
 
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:

@@ -11,7 +11,7 @@ from overhead import TimedModel, measure_overhead, random_lm, random_tiny  # ben
 
 @pytest.fixture(scope="module")
 def lm(tmp_path_factory):
-    from sbd_bench.model import load_model
+    from sbd_bench.core.model import load_model
 
     lm = load_model(random_tiny(tmp_path_factory.mktemp("tiny") / "m"), device="cpu")
     lm.stop_token_ids = ()  # decode the whole budget
@@ -20,7 +20,7 @@ def lm(tmp_path_factory):
 
 @pytest.mark.parametrize("spec", ["ntp", "entropy_bounded:gamma=0.35", "fixed_k:k=4"])
 def test_core_overhead_per_forward(benchmark, lm, spec):
-    from sbd_bench.decoding import Decoder
+    from sbd_bench.core.decoding import Decoder
     from sbd_bench.registry import parse_solver_spec, solver_registry
 
     solver = parse_solver_spec(spec, solver_registry())[-1]
@@ -40,7 +40,7 @@ def test_timed_model_passes_attributes_through(lm):
 def test_random_model_of_given_dimensions():
     """The path used for Llama-3.1-8B dimensions on a GPU, here with a 128k vocabulary and small layers."""
     from sbd_bench.registry import parse_solver_spec, solver_registry
-    from sbd_bench.roofline import ModelDims
+    from sbd_bench.analysis.roofline import ModelDims
 
     lm = random_lm(ModelDims(64, 2, 4, 2, 16, 128, 128256), device="cpu")
     solver = parse_solver_spec("entropy_bounded", solver_registry())[-1]

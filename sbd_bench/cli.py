@@ -15,8 +15,8 @@ import time
 
 from .types import UsageError
 
-COMMAND_MODULES: list[str] = ["sbd_bench.training", "sbd_bench.report", "sbd_bench.compare", "sbd_bench.roofline",
-                              "sbd_bench.throughput"]  # each adds its own subcommand
+COMMAND_MODULES: list[str] = ["sbd_bench.training.train", "sbd_bench.analysis.report", "sbd_bench.analysis.compare",
+                              "sbd_bench.analysis.roofline", "sbd_bench.runner.throughput"]  # each adds its own subcommand
 
 
 def _progress(done: int, total: int, elapsed: float, what: str) -> None:
@@ -49,9 +49,9 @@ def expand_tasks(spec: str) -> list[str]:
 def cmd_run(args) -> int:
     from pathlib import Path
 
-    from . import distributed
-    from .harness import RunConfig, resume, run
-    from .model import resolve_model_path
+    from .runner import distributed
+    from .runner.harness import RunConfig, resume, run
+    from .core.model import resolve_model_path
 
     command = " ".join(["python -m sbd_bench", *sys.argv[1:]])
     if args.resume and distributed.launched():

@@ -28,10 +28,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sbd_bench.batching import BatchDecoder  # noqa: E402
-from sbd_bench.decoding import Decoder, attention_mask  # noqa: E402
-from sbd_bench.fastpath import FastPath  # noqa: E402
-from sbd_bench.model import LoadedModel  # noqa: E402
+from sbd_bench.core.batching import BatchDecoder  # noqa: E402
+from sbd_bench.core.decoding import Decoder, attention_mask  # noqa: E402
+from sbd_bench.core.fastpath import FastPath  # noqa: E402
+from sbd_bench.core.model import LoadedModel  # noqa: E402
 from sbd_bench.registry import solver_registry  # noqa: E402
 
 LLAMA_31_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,

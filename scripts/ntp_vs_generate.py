@@ -11,8 +11,8 @@ import time
 
 import torch
 
-from sbd_bench.decoding import Decoder
-from sbd_bench.model import load_model
+from sbd_bench.core.decoding import Decoder
+from sbd_bench.core.model import load_model
 from sbd_bench.registry import solver_registry
 
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from scale_models import build_scale_model as build_tiny_model
-from sbd_bench.batching import BatchDecoder
-from sbd_bench.decoding import Decoder
-from sbd_bench.model import load_model
+from sbd_bench.core.batching import BatchDecoder
+from sbd_bench.core.decoding import Decoder
+from sbd_bench.core.model import load_model
 from sbd_bench.registry import parse_solver_spec, solver_registry
 
 PROMPTS = ["1+2=", "12*3=", "abc", "9", "44+55-3=", "hij*hij*hij*hij*hij*hij*hij*hij*hij=", "c"]
@@ -82,7 +82,7 @@ def _task_file(path):
 
 
 def _run(model_dir, task, out, **overrides):
-    from sbd_bench.harness import RunConfig, read_records, run
+    from sbd_bench.runner.harness import RunConfig, read_records, run
 
     cfg = RunConfig(model=str(model_dir), tasks=[str(task)], solvers="all", out=out, block_size=4,
                     max_new_tokens=10, device="cpu", dtype="float32", cost_curve=False, report=False, **overrides)
@@ -104,7 +104,7 @@ def test_run_batch_size_gives_the_batch_one_records(model_dir, tmp_path):
 
 
 def test_out_of_memory_halves_the_batch_and_goes_on(model_dir, tmp_path, monkeypatch, capsys):
-    from sbd_bench import batching
+    from sbd_bench.core import batching
 
     original = batching.BatchDecoder.generate
 
@@ -123,7 +123,7 @@ def test_out_of_memory_halves_the_batch_and_goes_on(model_dir, tmp_path, monkeyp
 
 
 def test_one_sequence_that_does_not_fit_is_a_clear_error():
-    from sbd_bench.batching import BatchSizeError, FittingBatcher
+    from sbd_bench.core.batching import BatchSizeError, FittingBatcher
 
     def never_fits(part):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:118] DefaultCPUAllocator: can't allocate memory")
@@ -145,9 +145,9 @@ def test_device_map_auto_loads_and_decodes_like_one_device(model_dir, tmp_path):
 
 
 def test_throughput_sweep_reports_what_does_not_fit_and_goes_on(lm, monkeypatch, capsys):
-    from sbd_bench import batching
-    from sbd_bench.harness import RunConfig
-    from sbd_bench.throughput import sweep
+    from sbd_bench.core import batching
+    from sbd_bench.runner.harness import RunConfig
+    from sbd_bench.runner.throughput import sweep
     from sbd_bench.types import Task
 
     original = batching.BatchDecoder.generate

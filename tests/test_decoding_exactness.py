@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 import torch
 
-from sbd_bench.decoding import Decoder
-from sbd_bench.model import load_model
+from sbd_bench.core.decoding import Decoder
+from sbd_bench.core.model import load_model
 from sbd_bench.registry import build_solver, solver_registry
 
 PROMPT = "12+34=46; 7*8="

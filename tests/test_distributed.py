@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from scale_models import build_scale_model as build_tiny_model
-from sbd_bench.distributed import DistributedError, merge_in_order, shard_work
+from sbd_bench.runner.distributed import DistributedError, merge_in_order, shard_work
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMING = {"wall_time_s", "prefill_time_s", "decode_time_s", "peak_memory_bytes", "peak_memory_source", "memory"}
@@ -53,7 +53,7 @@ def _load(out: Path):
 
 
 def test_two_ranks_write_what_one_process_writes(setup, tmp_path):
-    from sbd_bench.harness import RunConfig, run
+    from sbd_bench.runner.harness import RunConfig, run
 
     model, task = setup
     run(RunConfig(model=str(model), tasks=[str(task)], solvers="entropy_bounded+random_order", out=tmp_path / "one",

@@ -2,7 +2,7 @@
 import pynvml
 import pytest
 
-from sbd_bench import memory
+from sbd_bench.runner import memory
 
 
 def test_cpu_monitor_reports_sampled_rss():

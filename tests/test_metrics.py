@@ -5,7 +5,7 @@ import math
 import pytest
 
 from measure_fixtures import crafted_record, make_task_file, make_tiny_model, standard_records
-from sbd_bench import metrics
+from sbd_bench.analysis import metrics
 
 EB = "entropy_bounded:gamma=0.35,proxy=entropy"
 
@@ -92,7 +92,7 @@ def test_json_safe():
 # ---------------------------------------------------------------------- invariants of real records
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from sbd_bench.model import load_model
+    from sbd_bench.core.model import load_model
 
     folder = tmp_path_factory.mktemp("tiny")
     return load_model(make_tiny_model(folder / "model"), device="cpu"), make_task_file(folder / "t.jsonl", n=2)
@@ -100,7 +100,7 @@ def tiny(tmp_path_factory):
 
 @pytest.mark.parametrize("spec", ["ntp", "fixed_k:k=3", "entropy_bounded:gamma=0.35"])
 def test_records_count_tokens_and_forwards_consistently(tiny, spec):
-    from sbd_bench.harness import RunConfig, decode_sample
+    from sbd_bench.runner.harness import RunConfig, decode_sample
     from sbd_bench.registry import parse_solver_spec, solver_registry
     from sbd_bench.tasks import load_task
 

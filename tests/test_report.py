@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from measure_fixtures import crafted_record, crafted_run, standard_records
-from sbd_bench import report
+from sbd_bench.analysis import report
 from sbd_bench.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +42,7 @@ def test_report_writes_tables_and_plots(run_dir):
 
 
 def test_accuracy_vs_speed_axes(tmp_path):
-    from sbd_bench.metrics import summarize
+    from sbd_bench.analysis.metrics import summarize
 
     rows = summarize(standard_records())
     fig = report.plot_accuracy_vs_speed(rows, tmp_path / "p.png")
@@ -72,7 +72,7 @@ def test_report_and_compare_do_not_import_torch(run_dir, tmp_path):
             f"assert main(['report', {str(run_dir)!r}]) == 0; "
             f"assert main(['compare', {str(run_dir)!r}, {str(run_dir)!r}]) == 0; "
             f"assert main(['roofline', {str(run_dir)!r}]) == 0; "
-            f"heavy = [m for m in ('torch', 'transformers', 'sbd_bench.decoding', 'sbd_bench.harness') if m in sys.modules]; "
+            f"heavy = [m for m in ('torch', 'transformers', 'sbd_bench.core.decoding', 'sbd_bench.runner.harness') if m in sys.modules]; "
             f"assert not heavy, heavy")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -113,7 +113,7 @@ def test_damaged_last_line_is_skipped(run_dir):
     report.write_report(run_dir)
     with open(run_dir / "samples.jsonl", "a") as handle:
         handle.write('\n{"ok": 1}\n')  # now damage in the middle: an error, not a silent skip
-    from sbd_bench.records import RunFolderError, read_records
+    from sbd_bench.analysis.records import RunFolderError, read_records
 
     with pytest.raises(RunFolderError):
         read_records(run_dir / "samples.jsonl")

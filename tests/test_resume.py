@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from measure_fixtures import make_task_file, make_tiny_model
-from sbd_bench import metrics
+from sbd_bench.analysis import metrics
 from sbd_bench.cli import main
-from sbd_bench.harness import RunConfig, resume, run
-from sbd_bench.records import read_records
+from sbd_bench.runner.harness import RunConfig, resume, run
+from sbd_bench.analysis.records import read_records
 from sbd_bench.types import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -2,9 +2,9 @@
 import pytest
 
 from measure_fixtures import crafted_record, crafted_run, make_tiny_model, standard_records
-from sbd_bench import roofline
+from sbd_bench.analysis import roofline
 from sbd_bench.cli import main
-from sbd_bench.metrics import summarize
+from sbd_bench.analysis.metrics import summarize
 
 LLAMA = roofline.PRESETS["llama-3.1-8b"]
 
@@ -51,7 +51,7 @@ def test_block_cost_counts_the_first_forward_of_each_block():
 
 
 def test_measured_cost_curve_on_a_tiny_model(tmp_path):
-    from sbd_bench.model import load_model
+    from sbd_bench.core.model import load_model
 
     lm = load_model(make_tiny_model(tmp_path / "m"), device="cpu")
     curve = roofline.measure_cost_curve(lm, block_size=4, context=20, reps=2, warmup=1)

@@ -14,8 +14,8 @@ import textwrap
 
 import pytest
 
-from sbd_bench import sandbox
-from sbd_bench.sandbox import Limits, Outcome, run_many, run_python
+from sbd_bench.tasks import sandbox
+from sbd_bench.tasks.sandbox import Limits, Outcome, run_many, run_python
 
 FAST = Limits(timeout_s=5)
 

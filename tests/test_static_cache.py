@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from scale_models import build_scale_model as build_tiny_model
-from sbd_bench.cache import CacheFullError, KVCache, StaticKVCache
-from sbd_bench.decoding import Decoder
-from sbd_bench.model import load_model
+from sbd_bench.core.cache import CacheFullError, KVCache, StaticKVCache
+from sbd_bench.core.decoding import Decoder
+from sbd_bench.core.model import load_model
 from sbd_bench.registry import parse_solver_spec, solver_registry
 
 
@@ -86,7 +86,7 @@ def test_fast_decoder_decodes_like_the_reference(lm):
 
 
 def test_fast_path_reuses_one_cache_per_batch_size(lm):
-    from sbd_bench.fastpath import CAPACITY_STEP, FastPath
+    from sbd_bench.core.fastpath import CAPACITY_STEP, FastPath
 
     path = FastPath.for_model(lm)
     assert FastPath.for_model(lm) is path  # one per model: caches outlive each Decoder
@@ -123,7 +123,7 @@ def test_gpu_check_script_runs_tiny_on_cpu(tmp_path):
 def test_sliding_window_models_keep_the_reference_cache():
     from transformers import LlamaConfig, MistralConfig
 
-    from sbd_bench.fastpath import _plain_static_layers
+    from sbd_bench.core.fastpath import _plain_static_layers
 
     assert _plain_static_layers(LlamaConfig(num_hidden_layers=2))
     assert not _plain_static_layers(MistralConfig(num_hidden_layers=2, sliding_window=64))  # windowed layers
@@ -132,7 +132,7 @@ def test_sliding_window_models_keep_the_reference_cache():
 def test_run_with_fast_records_the_same_samples_and_the_path(lm, tmp_path):
     import json
 
-    from sbd_bench.harness import RunConfig, read_records, run
+    from sbd_bench.runner.harness import RunConfig, read_records, run
 
     task = tmp_path / "t.jsonl"
     task.write_text("".join(json.dumps({"id": str(i), "prompt": p}) + "\n" for i, p in enumerate(["1+2=", "34*5="])))

@@ -5,8 +5,8 @@ import dataclasses
 import torch
 from transformers import LlamaForCausalLM
 
-from sbd_bench.decoding import Decoder
-from sbd_bench.model import load_model
+from sbd_bench.core.decoding import Decoder
+from sbd_bench.core.model import load_model
 from sbd_bench.registry import build_solver, solver_registry
 
 

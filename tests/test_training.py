@@ -6,9 +6,9 @@ import torch
 from safetensors.torch import load_file
 
 from sbd_bench.cli import main
-from sbd_bench.model import load_model
-from sbd_bench.tokenizer import char_tokenizer
-from sbd_bench.training import (IGNORE, STATE_FILE, TrainConfig, make_batch, sbd_attention_allowed, sbd_inputs,
+from sbd_bench.core.model import load_model
+from sbd_bench.training.tokenizer import char_tokenizer
+from sbd_bench.training.train import (IGNORE, STATE_FILE, TrainConfig, make_batch, sbd_attention_allowed, sbd_inputs,
                                 train)
 
 TINY = ["--hidden-size", "32", "--layers", "2", "--heads", "4", "--intermediate-size", "64", "--max-positions", "96"]
@@ -152,7 +152,7 @@ def test_checkpoint_round_trips_through_run(smoke_run, tmp_path, capsys):
 
 
 def test_throughput_measurement_runs_both_objectives_on_the_same_batches():
-    from sbd_bench.training import measure_throughput
+    from sbd_bench.training.train import measure_throughput
 
     result = measure_throughput(_cfg(""), steps=2, log=lambda line: None)
     assert result["steps"] == 2 and result["tokens"] > 0

@@ -11,7 +11,7 @@ def build_tiny_model(folder: Path, family: str = "llama", seed: int = 0, max_pos
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-    from sbd_bench.tokenizer import char_tokenizer
+    from sbd_bench.training.tokenizer import char_tokenizer
 
     tok = char_tokenizer(alphabet, with_mask=with_mask) if alphabet else char_tokenizer(with_mask=with_mask)
     ids = dict(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,

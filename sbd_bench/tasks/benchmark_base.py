@@ -141,7 +141,7 @@ class BenchmarkTask(Task):
         raise NotImplementedError
 
     def verdict(self, example: Example, output: str) -> tuple[bool | None, dict | None]:
-        from ..scoring import cut_at_stop
+        from .scoring import cut_at_stop
 
         return self.judge(example, strip_thinking(cut_at_stop(output, self.stop)))
 

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..registry import register_task
-from ..sandbox import Limits, isolation, run_many
-from ..scoring import defines, extract_code
+from .sandbox import Limits, isolation, run_many
+from .scoring import defines, extract_code
 from ..types import Example
 from . import TaskError
 from .benchmark_base import BenchmarkTask

@@ -13,7 +13,7 @@ Plain prompts ask for the format the answer is extracted from; chat prompts ask 
 from __future__ import annotations
 
 from ..registry import register_task
-from ..scoring import extract_gsm8k, gsm8k_reference, last_boxed, math_equal, numeric_match
+from .scoring import extract_gsm8k, gsm8k_reference, last_boxed, math_equal, numeric_match
 from ..types import Example
 from . import TaskError
 from .benchmark_base import BenchmarkTask

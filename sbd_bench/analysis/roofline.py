@@ -24,7 +24,7 @@ from statistics import mean, median
 from typing import Callable
 
 from .metrics import BASELINE_SOLVER, collapse_repeats, example_key
-from .types import UsageError
+from ..types import UsageError
 
 
 @dataclass(frozen=True)
@@ -173,8 +173,8 @@ def measure_cost_curve(lm, block_size: int, context: int, reps: int = 30, warmup
     ``budget_s`` seconds are spent: a big model on a slow machine must not spend minutes here."""
     import torch
 
-    from .cache import KVCache
-    from .decoding import Decoder, _clock, attention_mask
+    from ..core.cache import KVCache
+    from ..core.decoding import Decoder, _clock, attention_mask
 
     device, k = lm.device, block_size
     limit = lm.max_positions or context + 2 * k + 1

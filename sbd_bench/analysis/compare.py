@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .metrics import example_key, summarize
 from .records import load_run, write_text_atomic
-from .types import UsageError
+from ..types import UsageError
 
 
 class CompareError(UsageError):

@@ -23,8 +23,8 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from .records import write_json_atomic
-from .types import UsageError
+from ..analysis.records import write_json_atomic
+from ..types import UsageError
 
 GATHER_TIMEOUT_HOURS = 72  # how long rank 0 waits for the slowest rank's records
 
@@ -125,7 +125,7 @@ def run_data_parallel(cfg, progress=None) -> Path | None:
 
 
 def _check_enough_examples(cfg, world: int) -> None:
-    from .tasks import load_task
+    from ..tasks import load_task
 
     count = sum(len(load_task(name).examples("test")[: cfg.limit]) for name in cfg.tasks)
     shard_work(range(count), 0, world)
@@ -135,7 +135,7 @@ def _write_merged(out: Path, gathered: list, cfg, world: int) -> str | None:
     """On rank 0: write samples.jsonl, summary.json (and the report) for the whole run. Returns None
     when every rank succeeded, else the message that says which rank failed and why."""
     from .harness import write_summary
-    from .records import RecordWriter
+    from ..analysis.records import RecordWriter
 
     statuses = [status for status, _, _ in gathered]
     failures = [s for s in statuses if s["error"]]
@@ -165,7 +165,7 @@ def _write_merged(out: Path, gathered: list, cfg, world: int) -> str | None:
         return (f"rank {names} of {world} failed ({first['error']}); the run is incomplete: "
                 f"{out / 'summary.json'} says complete: false (details under {out}/.rank{first['rank']})")
     if cfg.report:
-        from .report import write_report
+        from ..analysis.report import write_report
 
         write_report(out)
     return None

@@ -21,7 +21,7 @@ from pathlib import Path
 from .metrics import summarize
 from .records import load_run, write_text_atomic
 from .roofline import prediction_columns
-from .types import SUMMARY_ROW_FIELDS
+from ..types import SUMMARY_ROW_FIELDS
 
 PREDICTION_LABELS = {"pred_measured": "predicted (measured curve)"}
 

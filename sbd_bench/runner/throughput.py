@@ -20,7 +20,7 @@ from pathlib import Path
 
 
 def parse_sizes(spec: str) -> list[int]:
-    from .types import UsageError
+    from ..types import UsageError
 
     try:
         sizes = sorted({int(s) for s in spec.split(",") if s.strip()})
@@ -36,8 +36,8 @@ def measure(lm, task, prompts: list[list[int]], solver, cfg, batch_size: int, re
     returns (figures with the median wall time, per-prompt (output_ids, nfe))."""
     import statistics
 
-    from .batching import BatchDecoder
-    from .decoding import _clock
+    from ..core.batching import BatchDecoder
+    from ..core.decoding import _clock
     from .harness import make_decoder
 
     def decode(part):
@@ -65,7 +65,7 @@ def measure(lm, task, prompts: list[list[int]], solver, cfg, batch_size: int, re
 def sweep(lm, task, prompts, solvers, sizes: list[int], cfg, report=lambda line: None, repeats: int = 1) -> list[dict]:
     """Batch sizes outer, configurations inner, so that every configuration at one batch size is
     measured back to back (machine drift hits them alike) and speed_vs_ntp pairs within a size."""
-    from .batching import free_memory, is_out_of_memory
+    from ..core.batching import free_memory, is_out_of_memory
 
     rows = []
     reference, largest_fit, failed_at = {}, {}, {}
@@ -104,14 +104,14 @@ def cmd_throughput(args) -> int:
 
     import torch
 
-    from .cli import expand_tasks
+    from ..cli import expand_tasks
     from .harness import RunConfig, use_fast_path
-    from .metrics import json_safe
-    from .model import load_model
-    from .registry import parse_solver_spec, solver_registry
-    from .tasks import load_task
+    from ..analysis.metrics import json_safe
+    from ..core.model import load_model
+    from ..registry import parse_solver_spec, solver_registry
+    from ..tasks import load_task
 
-    from .types import UsageError
+    from ..types import UsageError
 
     sizes = parse_sizes(args.batch_sizes)
     for flag, value in (("--repeats", args.repeats), ("--limit", args.limit)):

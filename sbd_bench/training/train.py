@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .types import UsageError
+from ..types import UsageError
 
 STATE_FILE = "training_state.pt"
 LOG_FILE = "training_log.jsonl"
@@ -217,8 +217,8 @@ def training_groups(data: str, tokenizer, train_examples: int, seed: int) -> lis
         rows = _read_pairs(path)
         return [[(tokenizer(p, add_special_tokens=True)["input_ids"],
                   tokenizer(c, add_special_tokens=False)["input_ids"] + [eos]) for p, c in rows]]
-    from .cli import expand_tasks
-    from .tasks import load_task
+    from ..cli import expand_tasks
+    from ..tasks import load_task
 
     groups = []
     for name in expand_tasks(data):
@@ -235,7 +235,7 @@ def training_groups(data: str, tokenizer, train_examples: int, seed: int) -> lis
 def _read_pairs(path: Path) -> list[tuple[str, str]]:
     if not path.is_file():
         raise TrainError(f"data file {path} does not exist: give a JSONL file with prompt/completion or task names")
-    from .tasks import iter_jsonl
+    from ..tasks import iter_jsonl
 
     rows = []
     for number, row in iter_jsonl(path, TrainError):
@@ -261,7 +261,7 @@ def build_model(cfg: TrainConfig, source: Path | None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from .model import MASK_TOKEN
+    from ..core.model import MASK_TOKEN
     from .tokenizer import char_tokenizer
 
     if source is None:
@@ -362,7 +362,7 @@ def train(cfg: TrainConfig, log=print) -> Path:
         raise TrainError(f"--resume: {out} holds no {STATE_FILE}; start a new run without --resume")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    from .model import pick_device
+    from ..core.model import pick_device
 
     device = pick_device(cfg.device)
     base = Path(cfg.base) if cfg.base else None
@@ -438,7 +438,7 @@ def measure_throughput(cfg: TrainConfig, steps: int, log=print) -> dict:
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    from .model import pick_device
+    from ..core.model import pick_device
 
     device = pick_device(cfg.device)
     model, tokenizer = build_model(cfg, Path(cfg.base) if cfg.base else None)

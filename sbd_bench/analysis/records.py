@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from .metrics import json_safe
-from .types import SAMPLE_FIELDS, SCHEMA_VERSION, UsageError
+from ..types import SAMPLE_FIELDS, SCHEMA_VERSION, UsageError
 
 SAMPLES = "samples.jsonl"
 SUMMARY = "summary.json"

@@ -20,7 +20,7 @@ import torch
 
 from .cache import KVCache
 from .model import LoadedModel
-from .types import BlockView, Generation, Solver, UsageError
+from ..types import BlockView, Generation, Solver, UsageError
 
 
 class DecodeError(UsageError):

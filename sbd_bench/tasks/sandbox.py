@@ -43,7 +43,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from .types import UsageError
+from ..types import UsageError
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")  # world-writable folders a program gets private copies of

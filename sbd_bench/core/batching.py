@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .decoding import Counters, DecodeError, Decoder, _check_reveal, _clock, attention_mask
-from .types import BlockView, Generation, Solver, UsageError
+from ..types import BlockView, Generation, Solver, UsageError
 
 
 class BatchSizeError(UsageError):
@@ -301,8 +301,8 @@ def _example_chunks(todo: list, batch_size: int) -> list[list[tuple]]:
 
 def _decode_chunk(lm, cfg, batcher: FittingBatcher, chunk: list[tuple], repeat: int, solver: Solver) -> dict:
     """{example index in chunk: record} for the chunk's examples that need (repeat, solver)."""
-    from .harness import failed_sample, make_decoder, sample_record
-    from .memory import MemoryMonitor
+    from ..runner.harness import failed_sample, make_decoder, sample_record
+    from ..runner.memory import MemoryMonitor
 
     needed = [i for i, (_, _, _, wanted) in enumerate(chunk) if any(r == repeat and s is solver for r, s in wanted)]
     task = chunk[0][0]
@@ -340,7 +340,7 @@ def batched_records(lm, todo: list, cfg, report=None):
 def warm_up_batches(lm, work: list, solvers: list[Solver], cfg) -> None:
     """One unrecorded batch per configuration, so that batch-shaped first-call costs (allocations,
     CUDA graph captures) stay out of the timings."""
-    from .harness import make_decoder
+    from ..runner.harness import make_decoder
 
     task = work[0][0]
     prompts = [ids for t, _, ids in work if t is task][: cfg.batch_size]

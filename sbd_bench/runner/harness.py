@@ -30,15 +30,15 @@ from pathlib import Path
 
 import torch
 
-from . import metrics
-from .decoding import Decoder
+from ..analysis import metrics
+from ..core.decoding import Decoder
 from .memory import MemoryMonitor, nvml_for
-from .model import MODELS_DIR, LoadedModel, folder_hash, load_model
-from .records import (SAMPLES, SUMMARY, RecordWriter, read_records, read_summary, repair_tail,  # noqa: F401
+from ..core.model import MODELS_DIR, LoadedModel, folder_hash, load_model
+from ..analysis.records import (SAMPLES, SUMMARY, RecordWriter, read_records, read_summary, repair_tail,  # noqa: F401
                       write_json_atomic)
-from .registry import parse_solver_spec, solver_registry
-from .tasks import load_task
-from .types import SCHEMA_VERSION, Example, Solver, Task, UsageError
+from ..registry import parse_solver_spec, solver_registry
+from ..tasks import load_task
+from ..types import SCHEMA_VERSION, Example, Solver, Task, UsageError
 
 MODEL_CONFIG_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                      "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings", "tie_word_embeddings")
@@ -298,7 +298,7 @@ def warm_up(lm, work, solvers, cfg) -> None:
         for solver in solvers:
             measure_sample(lm, task, example, ids, solver, cfg, 0)
     if cfg.batch_size > 1 and cfg.warmup:
-        from .batching import warm_up_batches
+        from ..core.batching import warm_up_batches
 
         warm_up_batches(lm, work, solvers, cfg)
 
@@ -310,7 +310,7 @@ def cost_curve_context(work, cfg: RunConfig) -> int:
 
 def _measure_cost_curve(lm, work, cfg: RunConfig, summary: dict) -> None:
     """The per-forward cost curve for the cost model; a failure here is recorded, never fatal."""
-    from .roofline import measure_cost_curve
+    from ..analysis.roofline import measure_cost_curve
 
     try:
         summary["cost_curve"] = measure_cost_curve(lm, cfg.block_size, cost_curve_context(work, cfg))
@@ -367,7 +367,7 @@ def run(cfg: RunConfig, progress=None, resume: bool = False) -> Path:
             _measure_cost_curve(lm, work, cfg, summary)
         _sweep(lm, todo, cfg, out, summary, len(planned), len(planned) - len(todo), progress)
     if cfg.report:
-        from .report import write_report
+        from ..analysis.report import write_report
 
         write_report(out)
     return out
@@ -377,7 +377,7 @@ def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progr
     writer = RecordWriter(out / SAMPLES)
     started = time.perf_counter()
     if cfg.batch_size > 1:
-        from .batching import batched_records
+        from ..core.batching import batched_records
 
         records = batched_records(lm, todo, cfg)
     else:
@@ -394,7 +394,7 @@ def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progr
     finally:
         writer.close()
         if use_fast_path(cfg, lm):  # which way the forwards ran (CUDA graphs, or why not)
-            from .fastpath import FastPath
+            from ..core.fastpath import FastPath
 
             summary["provenance"]["fast_path"] = FastPath.for_model(lm).status
         write_summary(out, summary, total)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from .types import UsageError
+from ..types import UsageError
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 DEFAULT_MODEL = "sbd-tiny"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 MASK_TOKEN = "<|mask|>"

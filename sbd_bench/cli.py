@@ -28,30 +28,13 @@ def _progress(done: int, total: int, elapsed: float, what: str) -> None:
           file=sys.stderr, flush=True)
 
 
-def expand_tasks(spec: str) -> list[str]:
-    """Comma list of task names or JSONL paths; 'suite' is every built-in synthetic task."""
-    from .registry import task_registry
-
-    names: list[str] = []
-    for item in filter(None, (s.strip() for s in spec.split(","))):
-        if item == "suite":
-            suite = [name for name, cls in task_registry().items() if cls.suite]
-            if not suite:
-                raise UsageError("no built-in synthetic suite is installed: name a task or a JSONL file with --task")
-            names += suite
-        else:
-            names.append(item)
-    if not names:
-        raise UsageError("empty --task: give a task name, 'suite', or a JSONL file")
-    return list(dict.fromkeys(names))
-
-
 def cmd_run(args) -> int:
     from pathlib import Path
 
+    from .core.model import resolve_model_path
     from .runner import distributed
     from .runner.harness import RunConfig, resume, run
-    from .core.model import resolve_model_path
+    from .tasks import expand_tasks
 
     command = " ".join(["python -m sbd_bench", *sys.argv[1:]])
     if args.resume and distributed.launched():
@@ -98,7 +81,8 @@ def _print_table(rows: list[dict]) -> None:
 def cmd_list(args) -> int:
     import dataclasses
 
-    from .registry import solver_registry, task_registry
+    from .registry import solver_registry
+    from .tasks import task_registry
 
     print("solvers:")
     for name, cls in sorted(solver_registry(args.plugins).items()):

@@ -1,4 +1,4 @@
-"""Solver and task discovery, and parsing of ``--solver`` specs.
+"""Solver discovery and parsing of ``--solver`` specs (tasks register in ``sbd_bench.tasks``).
 
 Solvers come from three places, in this order (a later one may not reuse an earlier name):
   1. the built-in ``solvers/`` folder beside this package,
@@ -13,7 +13,6 @@ A module contributes every ``Solver`` subclass it defines with a non-empty ``nam
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib.metadata
 import importlib.util
 import itertools
@@ -21,7 +20,7 @@ import sys
 import typing
 from pathlib import Path
 
-from .types import Solver, SolverError, Task, UsageError
+from .types import Solver, SolverError, UsageError, did_you_mean
 
 BUILTIN_SOLVERS = Path(__file__).resolve().parent.parent / "solvers"
 ENTRY_POINT_GROUP = "sbd_bench.solvers"
@@ -29,13 +28,6 @@ ENTRY_POINT_GROUP = "sbd_bench.solvers"
 
 class RegistryError(UsageError):
     """An unknown name or an unreadable plugin; the message says what to do."""
-
-
-def _did_you_mean(name: str, known: typing.Iterable[str], what: str) -> str:
-    known = sorted(known)
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"did you mean '{close[0]}'? " if close else ""
-    return f"unknown {what} '{name}': {hint}available: {', '.join(known)}"
 
 
 def _solvers_in_module(module) -> list[type[Solver]]:
@@ -141,7 +133,7 @@ def parse_solver_spec(spec: str, registry: dict[str, type[Solver]]) -> list[Solv
         name, _, param_text = part.partition(":")
         name = name.strip()
         if name not in registry:
-            raise RegistryError(_did_you_mean(name, registry, "solver"))
+            raise RegistryError(did_you_mean(name, registry, "solver"))
         grid: dict[str, list[str]] = {}
         for item in filter(None, (p.strip() for p in param_text.split(";"))):
             key, eq, values = item.partition("=")
@@ -175,21 +167,3 @@ def _split_solvers(spec: str) -> list[str]:
     if not parts:
         raise RegistryError("empty --solver: give 'all', a solver name, or name:param=v1,v2")
     return parts
-
-
-# -------------------------------------------------------------------------------------------- tasks
-_TASKS: dict[str, type[Task]] = {}
-
-
-def register_task(cls: type[Task]) -> type[Task]:
-    """Class decorator for built-in tasks (modules under ``sbd_bench/tasks``)."""
-    if cls.name in _TASKS and _TASKS[cls.name] is not cls:
-        raise RegistryError(f"task name '{cls.name}' registered twice")
-    _TASKS[cls.name] = cls
-    return cls
-
-
-def task_registry() -> dict[str, type[Task]]:
-    from . import tasks  # noqa: F401  (importing the package registers the built-in tasks)
-
-    return dict(_TASKS)

@@ -79,6 +79,16 @@ class UsageError(ValueError):
     module's error class for bad input derives from it, and its message names the fix."""
 
 
+def did_you_mean(name: str, known, what: str) -> str:
+    """The one-line message for an unknown name: the closest known one, then all of them."""
+    import difflib
+
+    known = sorted(known)
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return f"unknown {what} '{name}': {hint}available: {', '.join(known)}"
+
+
 class SolverError(UsageError):
     """A solver parameter is invalid."""
 

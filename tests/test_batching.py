@@ -82,7 +82,8 @@ def _task_file(path):
 
 
 def _run(model_dir, task, out, **overrides):
-    from sbd_bench.runner.harness import RunConfig, read_records, run
+    from sbd_bench.analysis.records import read_records
+    from sbd_bench.runner.harness import RunConfig, run
 
     cfg = RunConfig(model=str(model_dir), tasks=[str(task)], solvers="all", out=out, block_size=4,
                     max_new_tokens=10, device="cpu", dtype="float32", cost_curve=False, report=False, **overrides)
@@ -123,7 +124,7 @@ def test_out_of_memory_halves_the_batch_and_goes_on(model_dir, tmp_path, monkeyp
 
 
 def test_one_sequence_that_does_not_fit_is_a_clear_error():
-    from sbd_bench.core.batching import BatchSizeError, FittingBatcher
+    from sbd_bench.runner.batches import BatchSizeError, FittingBatcher
 
     def never_fits(part):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:118] DefaultCPUAllocator: can't allocate memory")

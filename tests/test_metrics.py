@@ -100,7 +100,7 @@ def tiny(tmp_path_factory):
 
 @pytest.mark.parametrize("spec", ["ntp", "fixed_k:k=3", "entropy_bounded:gamma=0.35"])
 def test_records_count_tokens_and_forwards_consistently(tiny, spec):
-    from sbd_bench.runner.harness import RunConfig, decode_sample
+    from sbd_bench.runner.samples import RunConfig, decode_sample
     from sbd_bench.registry import parse_solver_spec, solver_registry
     from sbd_bench.tasks import load_task
 

@@ -52,9 +52,10 @@ def test_block_cost_counts_the_first_forward_of_each_block():
 
 def test_measured_cost_curve_on_a_tiny_model(tmp_path):
     from sbd_bench.core.model import load_model
+    from sbd_bench.runner.costcurve import measure_cost_curve
 
     lm = load_model(make_tiny_model(tmp_path / "m"), device="cpu")
-    curve = roofline.measure_cost_curve(lm, block_size=4, context=20, reps=2, warmup=1)
+    curve = measure_cost_curve(lm, block_size=4, context=20, reps=2, warmup=1)
     assert curve["query_tokens"] == [1, 4, 5, 8] and all(t > 0 for t in curve["time_s"])
     assert curve["context"] == 20
 

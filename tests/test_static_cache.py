@@ -132,7 +132,8 @@ def test_sliding_window_models_keep_the_reference_cache():
 def test_run_with_fast_records_the_same_samples_and_the_path(lm, tmp_path):
     import json
 
-    from sbd_bench.runner.harness import RunConfig, read_records, run
+    from sbd_bench.analysis.records import read_records
+    from sbd_bench.runner.harness import RunConfig, run
 
     task = tmp_path / "t.jsonl"
     task.write_text("".join(json.dumps({"id": str(i), "prompt": p}) + "\n" for i, p in enumerate(["1+2=", "34*5="])))

@@ -4,8 +4,7 @@ import json
 
 import pytest
 
-from sbd_bench.cli import expand_tasks
-from sbd_bench.registry import task_registry
+from sbd_bench.tasks import expand_tasks, task_registry
 from sbd_bench.tasks import load_task
 from sbd_bench.tasks.synthetic import scratchpad
 

@@ -9,7 +9,7 @@ from tiny_models import build_tiny_model
 
 from sbd_bench.core.decoding import Decoder
 from sbd_bench.core.model import load_model
-from sbd_bench.training.train import make_batch, sbd_inputs
+from sbd_bench.training.objective import make_batch, sbd_inputs
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])

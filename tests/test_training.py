@@ -8,8 +8,8 @@ from safetensors.torch import load_file
 from sbd_bench.cli import main
 from sbd_bench.core.model import load_model
 from sbd_bench.training.tokenizer import char_tokenizer
-from sbd_bench.training.train import (IGNORE, STATE_FILE, TrainConfig, make_batch, sbd_attention_allowed, sbd_inputs,
-                                train)
+from sbd_bench.training.objective import IGNORE, make_batch, sbd_attention_allowed, sbd_inputs
+from sbd_bench.training.train import STATE_FILE, TrainConfig, train
 
 TINY = ["--hidden-size", "32", "--layers", "2", "--heads", "4", "--intermediate-size", "64", "--max-positions", "96"]
 

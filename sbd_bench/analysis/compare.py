@@ -19,9 +19,9 @@ import json
 import sys
 from pathlib import Path
 
+from ..types import UsageError
 from .metrics import example_key, summarize
 from .records import load_run, write_text_atomic
-from ..types import UsageError
 
 
 class CompareError(UsageError):

@@ -12,8 +12,8 @@ import json
 import os
 from pathlib import Path
 
-from .metrics import json_safe
 from ..types import SAMPLE_FIELDS, SCHEMA_VERSION, UsageError
+from .metrics import json_safe
 
 SAMPLES = "samples.jsonl"
 SUMMARY = "summary.json"

@@ -18,10 +18,10 @@ import io
 import json
 from pathlib import Path
 
+from ..types import SUMMARY_ROW_FIELDS
 from .metrics import summarize
 from .records import load_run, write_text_atomic
 from .roofline import prediction_columns
-from ..types import SUMMARY_ROW_FIELDS
 
 PREDICTION_LABELS = {"pred_measured": "predicted (measured curve)"}
 

@@ -11,20 +11,20 @@ per-forward cost curve that ``run`` times on its own machine (1, k, 1+k and 2k q
 A block that takes l forwards costs ``t(first) + (l-1)·t(k)``, where the first forward also carries
 the previous block causally (q = 2k; q = 1+k right after the prompt); NTP costs ``t(1)`` per token.
 The predicted wall-clock speed factor pairs each example with its NTP run, like the measured one.
-Only ``measure_cost_curve`` imports torch (inside the function): ``report`` imports this module.
+Pure arithmetic on records: no torch here (``report`` imports this module); the cost curve is
+measured by ``runner/costcurve.py``.
 """
 from __future__ import annotations
 
 import json
 import sys
-import time
 from collections import defaultdict
 from dataclasses import dataclass
-from statistics import mean, median
+from statistics import mean
 from typing import Callable
 
-from .metrics import BASELINE_SOLVER, collapse_repeats, example_key
 from ..types import UsageError
+from .metrics import BASELINE_SOLVER, collapse_repeats, example_key
 
 
 @dataclass(frozen=True)
@@ -163,48 +163,6 @@ def prediction_columns(summary: dict, records: list[dict], hardware=("H100",), b
     return columns
 
 
-# ------------------------------------------------------------------------ measuring on this machine
-def measure_cost_curve(lm, block_size: int, context: int, reps: int = 30, warmup: int = 3,
-                       budget_s: float = 3.0) -> dict:
-    """Time of one forward with 1, k, 1+k and 2k query tokens over a cache of ``context`` random tokens,
-    through the core's own forward (sizes interleaved, device synchronised around each): ``time_s``
-    holds medians (what predictions use, like the medians of measured decodes), ``min_time_s`` minima
-    (the least disturbed figure on a shared machine). Stops early, after at least 5 timed rounds, once
-    ``budget_s`` seconds are spent: a big model on a slow machine must not spend minutes here."""
-    import torch
-
-    from ..core.cache import KVCache
-    from ..core.decoding import Decoder, _clock, attention_mask
-
-    device, k = lm.device, block_size
-    limit = lm.max_positions or context + 2 * k + 1
-    context = max(1, min(context, limit - 2 * k - 1))
-    decoder = Decoder(lm, block_size=k)
-    cache = KVCache(lm.model.config)
-    gen = torch.Generator().manual_seed(0)
-    vocab = lm.model.config.vocab_size
-    decoder.prefill(torch.randint(0, vocab, (1, context), generator=gen).to(device), cache)
-    shapes = {1: 1, k: 0, 1 + k: 1, 2 * k: k}  # query tokens -> how many of them are causal
-    times: dict[int, list[float]] = {q: [] for q in shapes}
-    started = time.perf_counter()
-    for rep in range(warmup + reps):
-        if rep >= warmup + 5 and time.perf_counter() - started > budget_s:
-            break
-        for q, n_causal in shapes.items():
-            ids = torch.randint(0, vocab, (1, q), generator=gen).to(device)
-            positions = torch.arange(context, context + q, device=device)[None]
-            mask = attention_mask(cache.length, n_causal, q - n_causal, lm.dtype, device)
-            start = _clock(device)
-            decoder.forward(ids, positions, mask, cache)
-            elapsed = _clock(device) - start
-            cache.rollback(q)
-            if rep >= warmup:
-                times[q].append(elapsed)
-    qs = sorted(times)
-    return {"block_size": k, "context": context, "reps": len(times[1]), "device": str(device),
-            "query_tokens": qs, "time_s": [median(times[q]) for q in qs], "min_time_s": [min(times[q]) for q in qs]}
-
-
 # ------------------------------------------------------------------------------------------ the CLI
 def _curve_table(dims: ModelDims, k: int, context: int, batch: int) -> list[str]:
     lines = [f"forward time, {dims.parameters / 1e9:.2f}B parameters, context {context}, batch {batch}, k={k}",
@@ -269,5 +227,5 @@ def add_cli(subparsers) -> None:
     p.set_defaults(func=cmd_roofline)
 
 
-__all__ = ["HARDWARE", "PRESETS", "Hardware", "ModelDims", "forward_time", "measure_cost_curve",
+__all__ = ["HARDWARE", "PRESETS", "Hardware", "ModelDims", "forward_time",
            "predicted_speed_factors", "prediction_columns", "sample_cost"]

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from .masks import attention_mask
+
 
 class CacheFullError(RuntimeError):
     """A forward would write past a preallocated cache's capacity."""
@@ -101,8 +103,6 @@ class StaticKVCache:
         if past + q > self.capacity:
             raise CacheFullError(f"static KV cache full: {past} + {q} positions > capacity {self.capacity}")
         if mask is None:
-            from .decoding import attention_mask
-
             mask = attention_mask(past, q, 0, self.dtype, self.device)
         width = mask.shape[-1]
         if width > self.capacity:

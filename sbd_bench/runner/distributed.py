@@ -74,7 +74,8 @@ def run_data_parallel(cfg, progress=None) -> Path | None:
     """Run ``cfg`` as this torchrun rank. Returns the run folder on rank 0 and None on the others."""
     import torch.distributed as dist
 
-    from .harness import read_records, run
+    from ..analysis.records import read_records
+    from .harness import run
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -134,8 +135,8 @@ def _check_enough_examples(cfg, world: int) -> None:
 def _write_merged(out: Path, gathered: list, cfg, world: int) -> str | None:
     """On rank 0: write samples.jsonl, summary.json (and the report) for the whole run. Returns None
     when every rank succeeded, else the message that says which rank failed and why."""
-    from .harness import write_summary
     from ..analysis.records import RecordWriter
+    from .harness import write_summary
 
     statuses = [status for status, _, _ in gathered]
     failures = [s for s in statuses if s["error"]]

@@ -15,8 +15,6 @@ example is recorded with its error and the sweep goes on; SIGTERM is handled lik
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import platform
 import signal
@@ -25,20 +23,23 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
 from ..analysis import metrics
-from ..core.decoding import Decoder
-from .memory import MemoryMonitor, nvml_for
+from ..analysis.records import (SAMPLES, SUMMARY, RecordWriter, read_records, read_summary, repair_tail,
+                                write_json_atomic)
+from ..analysis.report import write_report
+from ..core.fastpath import FastPath
 from ..core.model import MODELS_DIR, LoadedModel, folder_hash, load_model
-from ..analysis.records import (SAMPLES, SUMMARY, RecordWriter, read_records, read_summary, repair_tail,  # noqa: F401
-                      write_json_atomic)
 from ..registry import parse_solver_spec, solver_registry
 from ..tasks import load_task
 from ..types import SCHEMA_VERSION, Example, Solver, Task, UsageError
+from .batches import batched_records, warm_up_batches
+from .costcurve import measure_cost_curve
+from .memory import nvml_for
+from .samples import RunConfig, measure_sample, use_fast_path
 
 MODEL_CONFIG_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                      "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings", "tie_word_embeddings")
@@ -50,69 +51,6 @@ def shipped_relative(path: str) -> str:
     if resolved.parent == MODELS_DIR.resolve():
         return f"models/{resolved.name}"
     return path
-
-
-@dataclass
-class RunConfig:
-    model: str = "sbd-tiny"
-    tasks: list[str] = field(default_factory=lambda: ["suite"])
-    solvers: str = "all"
-    out: Path = Path("runs/latest")
-    block_size: int = 16
-    max_new_tokens: int | None = None  # None: each task's own budget
-    limit: int | None = None
-    seed: int = 0
-    plugins: list[str] = field(default_factory=list)
-    device: str = "auto"
-    dtype: str = "auto"
-    attn_implementation: str = "sdpa"
-    command: str = ""
-    repeats: int = 1  # timed decodes of each (example, config); timings are reported as medians
-    warmup: int = 1  # unrecorded decodes per configuration before timing
-    cost_curve: bool = True  # time 1, k, 1+k, 2k-token forwards for the cost model
-    report: bool = True  # write the report (tables, plots) at the end
-    threads: int | None = None  # torch CPU threads; 1 gives steadier timings on a busy machine
-    chat_template: bool = False  # prompts through the tokenizer's chat template (benchmark tasks)
-    thinking: bool | None = None  # the template's enable_thinking; None: its default
-    batch_size: int = 1  # sequences decoded together (batching.py); records are those of batch 1
-    fast: bool | None = None  # preallocated cache + CUDA graphs; None: on for a model on one CUDA device
-    device_map: str | None = None  # e.g. "auto": spread a model too large for one GPU (accelerate)
-    shard: tuple[int, int] | None = None  # (rank, world_size) under torchrun (distributed.py)
-
-    def __post_init__(self):
-        if self.block_size < 1:
-            raise UsageError(f"--block-size must be >= 1 (got {self.block_size})")
-        if self.limit is not None and self.limit < 1:
-            raise UsageError(f"--limit must be >= 1 (got {self.limit})")
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise UsageError(f"--max-new-tokens must be >= 1 (got {self.max_new_tokens})")
-        if self.repeats < 1:
-            raise UsageError(f"--repeats must be >= 1 (got {self.repeats})")
-        if self.threads is not None and self.threads < 1:
-            raise UsageError(f"--threads must be >= 1 (got {self.threads})")
-        if self.warmup < 0:
-            raise UsageError(f"--warmup must be >= 0 (got {self.warmup})")
-        if self.batch_size < 1:
-            raise UsageError(f"--batch-size must be >= 1 (got {self.batch_size})")
-        if self.fast and self.device_map is not None:
-            raise UsageError("--fast cannot be combined with --device-map: CUDA graphs do not span devices; "
-                             "drop --fast (a device-mapped model runs eagerly)")
-
-    def to_json(self) -> dict:
-        """The settings as recorded in provenance; paths made absolute so `--resume` works from anywhere."""
-        data = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
-        data["plugins"] = [str(Path(p).resolve()) for p in self.plugins]
-        data["tasks"] = [str(Path(t).resolve()) if Path(t).is_file() else t for t in self.tasks]
-        if Path(self.model).is_dir():
-            data["model"] = str(Path(self.model).resolve())
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict) -> "RunConfig":
-        known = {f for f in cls.__dataclass_fields__}
-        values = {k: v for k, v in data.items() if k in known}
-        values["out"] = Path(values.get("out", "runs/latest"))
-        return cls(**values)
 
 
 # ------------------------------------------------------------------------------------- provenance
@@ -173,82 +111,6 @@ def provenance(cfg: RunConfig, lm: LoadedModel) -> dict:
     }
 
 
-# ------------------------------------------------------------------------------ measuring a sample
-def use_fast_path(cfg: RunConfig, lm: LoadedModel) -> bool:
-    """--fast/--no-fast; by default on for a model on one CUDA device (graphs do not span devices)."""
-    if cfg.fast is None:
-        return lm.device.type == "cuda" and cfg.device_map is None
-    return cfg.fast
-
-
-def make_decoder(lm: LoadedModel, task: Task, cfg: RunConfig) -> Decoder:
-    budget = cfg.max_new_tokens or task.max_new_tokens
-    return Decoder(lm, block_size=cfg.block_size, max_new_tokens=budget, stop_strings=task.stop, seed=cfg.seed,
-                   fast=use_fast_path(cfg, lm))
-
-
-def decode_sample(lm: LoadedModel, task: Task, example: Example, prompt_ids: list[int], solver: Solver,
-                  cfg: RunConfig, repeat: int = 0) -> dict:
-    """Decode one example with one solver configuration and return its sample record."""
-    decoder = make_decoder(lm, task, cfg)
-    with MemoryMonitor(lm.device) as mem:
-        gen = decoder.generate(prompt_ids, solver)
-    return sample_record(task, example, prompt_ids, solver, cfg, repeat, gen, mem.result)
-
-
-def sample_record(task: Task, example: Example, prompt_ids: list[int], solver: Solver, cfg: RunConfig,
-                  repeat: int, gen, memory: dict, batch_size: int = 1) -> dict:
-    """The record of one decoded sample; at batch size B its timings and memory are its batch's,
-    the times divided by B (batching.py)."""
-    correct, detail = task.verdict(example, gen.output_text)
-    return {
-        **_identity(task, example, prompt_ids, solver, cfg, repeat),
-        "output_ids": gen.output_ids, "output_text": gen.output_text,
-        "stop_reason": gen.stop_reason, "tokens": gen.tokens, "nfe": gen.nfe,
-        "prefill_forwards": gen.prefill_forwards, "revealed_per_forward": gen.revealed_per_forward,
-        "forwards_per_block": gen.forwards_per_block,
-        "wall_time_s": gen.prefill_time_s + gen.decode_time_s, "prefill_time_s": gen.prefill_time_s,
-        "decode_time_s": gen.decode_time_s, "correct": correct,
-        "answer": example.answer, "error": None,
-        "peak_memory_bytes": memory["peak_memory_bytes"], "peak_memory_source": memory["peak_memory_source"],
-        "memory": memory, "score_detail": detail, "batch_size": batch_size,
-    }
-
-
-def failed_sample(task: Task, example: Example, prompt_ids: list[int], solver: Solver, cfg: RunConfig,
-                  repeat: int, exc: BaseException) -> dict:
-    """The record of a sample whose decoding raised: the error instead of figures."""
-    message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-    return {**_identity(task, example, prompt_ids, solver, cfg, repeat),
-            "output_ids": [], "output_text": "", "stop_reason": "error", "tokens": 0, "nfe": 0,
-            "prefill_forwards": 0, "revealed_per_forward": [], "forwards_per_block": [],
-            "wall_time_s": None, "prefill_time_s": None, "decode_time_s": None, "correct": None,
-            "answer": example.answer, "error": message, "peak_memory_bytes": None, "peak_memory_source": None,
-            "memory": None, "score_detail": None}
-
-
-def _identity(task, example, prompt_ids, solver, cfg, repeat) -> dict:
-    return {"task": task.name, "id": example.id, "solver": solver.name, "params": solver.params,
-            "config": solver.label, "block_size": cfg.block_size, "repeat": repeat, "prompt_tokens": len(prompt_ids),
-            "prompt_hash": prompt_hash(prompt_ids)}
-
-
-def prompt_hash(prompt_ids: list[int]) -> str:
-    """Identifies the exact prompt, so that `compare` notices a task whose example ids stayed but whose
-    prompts changed (then nothing it compares would mean anything)."""
-    return hashlib.sha256(json.dumps(prompt_ids).encode()).hexdigest()[:12]
-
-
-def measure_sample(lm, task, example, ids, solver, cfg, repeat) -> dict:
-    """decode_sample, with failure isolation: an exception (an OOM included) becomes an error record."""
-    try:
-        return decode_sample(lm, task, example, ids, solver, cfg, repeat)
-    except Exception as exc:  # KeyboardInterrupt / SystemExit are not Exceptions: they stop the sweep
-        if lm.device.type == "cuda":
-            torch.cuda.empty_cache()  # give an OOM'd configuration's memory back to the next one
-        return failed_sample(task, example, ids, solver, cfg, repeat, exc)
-
-
 # --------------------------------------------------------------------------------------- the run
 @contextmanager
 def _sigterm_as_interrupt():
@@ -298,8 +160,6 @@ def warm_up(lm, work, solvers, cfg) -> None:
         for solver in solvers:
             measure_sample(lm, task, example, ids, solver, cfg, 0)
     if cfg.batch_size > 1 and cfg.warmup:
-        from ..core.batching import warm_up_batches
-
         warm_up_batches(lm, work, solvers, cfg)
 
 
@@ -310,8 +170,6 @@ def cost_curve_context(work, cfg: RunConfig) -> int:
 
 def _measure_cost_curve(lm, work, cfg: RunConfig, summary: dict) -> None:
     """The per-forward cost curve for the cost model; a failure here is recorded, never fatal."""
-    from ..analysis.roofline import measure_cost_curve
-
     try:
         summary["cost_curve"] = measure_cost_curve(lm, cfg.block_size, cost_curve_context(work, cfg))
     except Exception as exc:
@@ -342,10 +200,9 @@ def run(cfg: RunConfig, progress=None, resume: bool = False) -> Path:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     work = plan_work(cfg, tasks, lm)
-    if cfg.shard is not None:  # torchrun: this rank's share of the examples
-        from .distributed import shard_work
-
-        work = shard_work(work, *cfg.shard)
+    if cfg.shard is not None:  # torchrun: this rank's share, examples rank, rank + world, ... (distributed.py
+        rank, world = cfg.shard  # has checked that every rank gets one)
+        work = work[rank::world]
     out, summary = _open_run_folder(cfg, resume)
     prov = provenance(cfg, lm)
     if summary is None:
@@ -367,8 +224,6 @@ def run(cfg: RunConfig, progress=None, resume: bool = False) -> Path:
             _measure_cost_curve(lm, work, cfg, summary)
         _sweep(lm, todo, cfg, out, summary, len(planned), len(planned) - len(todo), progress)
     if cfg.report:
-        from ..analysis.report import write_report
-
         write_report(out)
     return out
 
@@ -377,8 +232,6 @@ def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progr
     writer = RecordWriter(out / SAMPLES)
     started = time.perf_counter()
     if cfg.batch_size > 1:
-        from ..core.batching import batched_records
-
         records = batched_records(lm, todo, cfg)
     else:
         records = (measure_sample(lm, task, example, ids, solver, cfg, repeat)
@@ -394,8 +247,6 @@ def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progr
     finally:
         writer.close()
         if use_fast_path(cfg, lm):  # which way the forwards ran (CUDA graphs, or why not)
-            from ..core.fastpath import FastPath
-
             summary["provenance"]["fast_path"] = FastPath.for_model(lm).status
         write_summary(out, summary, total)
 

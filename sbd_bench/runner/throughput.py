@@ -38,7 +38,7 @@ def measure(lm, task, prompts: list[list[int]], solver, cfg, batch_size: int, re
 
     from ..core.batching import BatchDecoder
     from ..core.decoding import _clock
-    from .harness import make_decoder
+    from .samples import make_decoder
 
     def decode(part):
         decoder = make_decoder(lm, task, cfg)
@@ -65,7 +65,7 @@ def measure(lm, task, prompts: list[list[int]], solver, cfg, batch_size: int, re
 def sweep(lm, task, prompts, solvers, sizes: list[int], cfg, report=lambda line: None, repeats: int = 1) -> list[dict]:
     """Batch sizes outer, configurations inner, so that every configuration at one batch size is
     measured back to back (machine drift hits them alike) and speed_vs_ntp pairs within a size."""
-    from ..core.batching import free_memory, is_out_of_memory
+    from .batches import free_memory, is_out_of_memory
 
     rows = []
     reference, largest_fit, failed_at = {}, {}, {}
@@ -104,14 +104,12 @@ def cmd_throughput(args) -> int:
 
     import torch
 
-    from ..cli import expand_tasks
-    from .harness import RunConfig, use_fast_path
     from ..analysis.metrics import json_safe
     from ..core.model import load_model
     from ..registry import parse_solver_spec, solver_registry
-    from ..tasks import load_task
-
+    from ..tasks import expand_tasks, load_task
     from ..types import UsageError
+    from .samples import RunConfig, use_fast_path
 
     sizes = parse_sizes(args.batch_sizes)
     for flag, value in (("--repeats", args.repeats), ("--limit", args.limit)):

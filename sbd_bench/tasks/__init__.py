@@ -1,8 +1,10 @@
 """Tasks: built-in ones register themselves with ``@register_task``; any JSONL file with ``id``,
-``prompt`` and optional ``answer`` per line is a task too.
+``prompt`` and optional ``answer`` per line is a task too. Scoring helpers (``scoring``) and the
+sandbox that runs generated code (``sandbox``) live here, beside the tasks that need them.
 
     >>> task = load_task("path/to/problems.jsonl")
     >>> task.examples()[0].prompt
+    >>> expand_tasks("suite")          # every built-in synthetic task
 """
 from __future__ import annotations
 
@@ -11,11 +13,43 @@ import json
 import pkgutil
 from pathlib import Path
 
-from ..types import Example, Task, UsageError
+from ..types import Example, Task, UsageError, did_you_mean
 
 
 class TaskError(UsageError):
     """A task name or data file that cannot be used; the message names the problem and the fix."""
+
+
+_TASKS: dict[str, type[Task]] = {}
+
+
+def register_task(cls: type[Task]) -> type[Task]:
+    """Class decorator for built-in tasks (modules in this package)."""
+    if cls.name in _TASKS and _TASKS[cls.name] is not cls:
+        raise TaskError(f"task name '{cls.name}' registered twice")
+    _TASKS[cls.name] = cls
+    return cls
+
+
+def task_registry() -> dict[str, type[Task]]:
+    """Every built-in task by name (the package registers them all when it is imported)."""
+    return dict(_TASKS)
+
+
+def expand_tasks(spec: str) -> list[str]:
+    """Comma list of task names or JSONL paths; 'suite' is every built-in synthetic task."""
+    names: list[str] = []
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        if item == "suite":
+            suite = [name for name, cls in _TASKS.items() if cls.suite]
+            if not suite:
+                raise UsageError("no built-in synthetic suite is installed: name a task or a JSONL file with --task")
+            names += suite
+        else:
+            names.append(item)
+    if not names:
+        raise UsageError("empty --task: give a task name, 'suite', or a JSONL file")
+    return list(dict.fromkeys(names))
 
 
 def _import_builtin_tasks() -> None:
@@ -77,8 +111,6 @@ def load_task(spec: str, **options) -> Task:
     ``options`` (e.g. chat_template=True) are passed on to the task's constructor with the spec's."""
     import inspect
 
-    from ..registry import _did_you_mean, task_registry
-
     registry = task_registry()
     name, _, option_text = spec.partition(":")
     if name in registry:
@@ -102,7 +134,7 @@ def load_task(spec: str, **options) -> Task:
         if options:
             raise TaskError(f"options {', '.join(options)} apply to built-in tasks only, not to the JSONL file {path}")
         return JsonlTask(path)
-    raise TaskError(_did_you_mean(name, registry, "task") + " (or a path to a .jsonl file)")
+    raise TaskError(did_you_mean(name, registry, "task") + " (or a path to a .jsonl file)")
 
 
 _import_builtin_tasks()

@@ -32,12 +32,11 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import ClassVar
 
-from ..registry import register_task
+from ..types import Example
+from . import TaskError, register_task
+from .benchmark_base import BenchmarkTask
 from .sandbox import Limits, isolation, run_many
 from .scoring import defines, extract_code
-from ..types import Example
-from . import TaskError
-from .benchmark_base import BenchmarkTask
 
 CODEX_STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")  # Chen et al. 2021: top-level code ends the body
 FENCE_INSTRUCTION = "Return the complete code in one ```python code block."

@@ -12,11 +12,10 @@ Plain prompts ask for the format the answer is extracted from; chat prompts ask 
 """
 from __future__ import annotations
 
-from ..registry import register_task
-from .scoring import extract_gsm8k, gsm8k_reference, last_boxed, math_equal, numeric_match
 from ..types import Example
-from . import TaskError
+from . import TaskError, register_task
 from .benchmark_base import BenchmarkTask
+from .scoring import extract_gsm8k, gsm8k_reference, last_boxed, math_equal, numeric_match
 
 BOX_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 

@@ -24,8 +24,8 @@ import random
 import re
 import string
 
-from ..registry import register_task
 from ..types import Example, Task
+from . import register_task
 
 LOWER = string.ascii_lowercase
 

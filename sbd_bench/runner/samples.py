@@ -1,0 +1,161 @@
+"""One sample: the run's settings (``RunConfig``), the decoder they give, and the record of one
+decoded (configuration, example, repeat), or of its failure.
+
+    >>> record = measure_sample(lm, task, example, prompt_ids, solver, RunConfig(), repeat=0)
+    >>> record["nfe"], record["correct"]
+
+One measurement routine for every solver: the decoder synchronises the device before each clock read
+and times prefill apart from decoding; memory is read around each sample.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..core.decoding import Decoder
+from ..core.model import LoadedModel
+from ..types import Example, Solver, Task, UsageError
+from .memory import MemoryMonitor
+
+
+@dataclass
+class RunConfig:
+    model: str = "sbd-tiny"
+    tasks: list[str] = field(default_factory=lambda: ["suite"])
+    solvers: str = "all"
+    out: Path = Path("runs/latest")
+    block_size: int = 16
+    max_new_tokens: int | None = None  # None: each task's own budget
+    limit: int | None = None
+    seed: int = 0
+    plugins: list[str] = field(default_factory=list)
+    device: str = "auto"
+    dtype: str = "auto"
+    attn_implementation: str = "sdpa"
+    command: str = ""
+    repeats: int = 1  # timed decodes of each (example, config); timings are reported as medians
+    warmup: int = 1  # unrecorded decodes per configuration before timing
+    cost_curve: bool = True  # time 1, k, 1+k, 2k-token forwards for the cost model
+    report: bool = True  # write the report (tables, plots) at the end
+    threads: int | None = None  # torch CPU threads; 1 gives steadier timings on a busy machine
+    chat_template: bool = False  # prompts through the tokenizer's chat template (benchmark tasks)
+    thinking: bool | None = None  # the template's enable_thinking; None: its default
+    batch_size: int = 1  # sequences decoded together (batching.py); records are those of batch 1
+    fast: bool | None = None  # preallocated cache + CUDA graphs; None: on for a model on one CUDA device
+    device_map: str | None = None  # e.g. "auto": spread a model too large for one GPU (accelerate)
+    shard: tuple[int, int] | None = None  # (rank, world_size) under torchrun (distributed.py)
+
+    def __post_init__(self):
+        if self.block_size < 1:
+            raise UsageError(f"--block-size must be >= 1 (got {self.block_size})")
+        if self.limit is not None and self.limit < 1:
+            raise UsageError(f"--limit must be >= 1 (got {self.limit})")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise UsageError(f"--max-new-tokens must be >= 1 (got {self.max_new_tokens})")
+        if self.repeats < 1:
+            raise UsageError(f"--repeats must be >= 1 (got {self.repeats})")
+        if self.threads is not None and self.threads < 1:
+            raise UsageError(f"--threads must be >= 1 (got {self.threads})")
+        if self.warmup < 0:
+            raise UsageError(f"--warmup must be >= 0 (got {self.warmup})")
+        if self.batch_size < 1:
+            raise UsageError(f"--batch-size must be >= 1 (got {self.batch_size})")
+        if self.fast and self.device_map is not None:
+            raise UsageError("--fast cannot be combined with --device-map: CUDA graphs do not span devices; "
+                             "drop --fast (a device-mapped model runs eagerly)")
+
+    def to_json(self) -> dict:
+        """The settings as recorded in provenance; paths made absolute so `--resume` works from anywhere."""
+        data = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+        data["plugins"] = [str(Path(p).resolve()) for p in self.plugins]
+        data["tasks"] = [str(Path(t).resolve()) if Path(t).is_file() else t for t in self.tasks]
+        if Path(self.model).is_dir():
+            data["model"] = str(Path(self.model).resolve())
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> "RunConfig":
+        known = {f for f in cls.__dataclass_fields__}
+        values = {k: v for k, v in data.items() if k in known}
+        values["out"] = Path(values.get("out", "runs/latest"))
+        return cls(**values)
+
+
+# ------------------------------------------------------------------------------ measuring a sample
+def use_fast_path(cfg: RunConfig, lm: LoadedModel) -> bool:
+    """--fast/--no-fast; by default on for a model on one CUDA device (graphs do not span devices)."""
+    if cfg.fast is None:
+        return lm.device.type == "cuda" and cfg.device_map is None
+    return cfg.fast
+
+
+def make_decoder(lm: LoadedModel, task: Task, cfg: RunConfig) -> Decoder:
+    budget = cfg.max_new_tokens or task.max_new_tokens
+    return Decoder(lm, block_size=cfg.block_size, max_new_tokens=budget, stop_strings=task.stop, seed=cfg.seed,
+                   fast=use_fast_path(cfg, lm))
+
+
+def decode_sample(lm: LoadedModel, task: Task, example: Example, prompt_ids: list[int], solver: Solver,
+                  cfg: RunConfig, repeat: int = 0) -> dict:
+    """Decode one example with one solver configuration and return its sample record."""
+    decoder = make_decoder(lm, task, cfg)
+    with MemoryMonitor(lm.device) as mem:
+        gen = decoder.generate(prompt_ids, solver)
+    return sample_record(task, example, prompt_ids, solver, cfg, repeat, gen, mem.result)
+
+
+def sample_record(task: Task, example: Example, prompt_ids: list[int], solver: Solver, cfg: RunConfig,
+                  repeat: int, gen, memory: dict, batch_size: int = 1) -> dict:
+    """The record of one decoded sample; at batch size B its timings and memory are its batch's,
+    the times divided by B (batching.py)."""
+    correct, detail = task.verdict(example, gen.output_text)
+    return {
+        **_identity(task, example, prompt_ids, solver, cfg, repeat),
+        "output_ids": gen.output_ids, "output_text": gen.output_text,
+        "stop_reason": gen.stop_reason, "tokens": gen.tokens, "nfe": gen.nfe,
+        "prefill_forwards": gen.prefill_forwards, "revealed_per_forward": gen.revealed_per_forward,
+        "forwards_per_block": gen.forwards_per_block,
+        "wall_time_s": gen.prefill_time_s + gen.decode_time_s, "prefill_time_s": gen.prefill_time_s,
+        "decode_time_s": gen.decode_time_s, "correct": correct,
+        "answer": example.answer, "error": None,
+        "peak_memory_bytes": memory["peak_memory_bytes"], "peak_memory_source": memory["peak_memory_source"],
+        "memory": memory, "score_detail": detail, "batch_size": batch_size,
+    }
+
+
+def failed_sample(task: Task, example: Example, prompt_ids: list[int], solver: Solver, cfg: RunConfig,
+                  repeat: int, exc: BaseException) -> dict:
+    """The record of a sample whose decoding raised: the error instead of figures."""
+    message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    return {**_identity(task, example, prompt_ids, solver, cfg, repeat),
+            "output_ids": [], "output_text": "", "stop_reason": "error", "tokens": 0, "nfe": 0,
+            "prefill_forwards": 0, "revealed_per_forward": [], "forwards_per_block": [],
+            "wall_time_s": None, "prefill_time_s": None, "decode_time_s": None, "correct": None,
+            "answer": example.answer, "error": message, "peak_memory_bytes": None, "peak_memory_source": None,
+            "memory": None, "score_detail": None}
+
+
+def _identity(task, example, prompt_ids, solver, cfg, repeat) -> dict:
+    return {"task": task.name, "id": example.id, "solver": solver.name, "params": solver.params,
+            "config": solver.label, "block_size": cfg.block_size, "repeat": repeat, "prompt_tokens": len(prompt_ids),
+            "prompt_hash": prompt_hash(prompt_ids)}
+
+
+def prompt_hash(prompt_ids: list[int]) -> str:
+    """Identifies the exact prompt, so that `compare` notices a task whose example ids stayed but whose
+    prompts changed (then nothing it compares would mean anything)."""
+    return hashlib.sha256(json.dumps(prompt_ids).encode()).hexdigest()[:12]
+
+
+def measure_sample(lm, task, example, ids, solver, cfg, repeat) -> dict:
+    """decode_sample, with failure isolation: an exception (an OOM included) becomes an error record."""
+    try:
+        return decode_sample(lm, task, example, ids, solver, cfg, repeat)
+    except Exception as exc:  # KeyboardInterrupt / SystemExit are not Exceptions: they stop the sweep
+        if lm.device.type == "cuda":
+            torch.cuda.empty_cache()  # give an OOM'd configuration's memory back to the next one
+        return failed_sample(task, example, ids, solver, cfg, repeat, exc)

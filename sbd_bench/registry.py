@@ -20,10 +20,13 @@ import sys
 import typing
 from pathlib import Path
 
-from .types import Solver, SolverError, UsageError, did_you_mean
+from .types import Solver, SolverError, UsageError, Verified, did_you_mean
 
 BUILTIN_SOLVERS = Path(__file__).resolve().parent.parent / "solvers"
 ENTRY_POINT_GROUP = "sbd_bench.solvers"
+VERIFY_KEY = "verify"  # a core option in every block solver's spec, not a solver parameter
+# what `all` adds to every solver at its defaults: verified configurations, so the main job shows one
+VERIFIED_IN_ALL = ("entropy_bounded",)
 
 
 class RegistryError(UsageError):
@@ -68,6 +71,9 @@ def solver_registry(plugin_dirs: typing.Sequence[str | Path] = ()) -> dict[str, 
     def add(cls: type[Solver], where: str) -> None:
         if cls.name in registry and registry[cls.name] is not cls:
             raise RegistryError(f"solver name '{cls.name}' from {where} is already taken by {origin[cls.name]}: rename one")
+        if any(f.name == VERIFY_KEY for f in dataclasses.fields(cls)):
+            raise RegistryError(f"solver '{cls.name}' from {where} has a parameter named '{VERIFY_KEY}', which the core "
+                                f"reserves for verified decoding ('{cls.name}:{VERIFY_KEY}=on'): rename it")
         registry[cls.name], origin[cls.name] = cls, where
 
     sources = [(BUILTIN_SOLVERS, "sbd_bench_solvers")]
@@ -118,17 +124,28 @@ def build_solver(cls: type[Solver], overrides: dict[str, str | object]) -> Solve
     return cls(**kwargs)
 
 
+def verified(solver: Solver) -> Solver:
+    """``solver`` in the core's verify mode (``types.Verified``)."""
+    if not solver.decodes_blocks:
+        raise SolverError(f"{solver.name}: {VERIFY_KEY}=on applies to block solvers; {solver.name} decodes token by "
+                          f"token through the causal stream already")
+    return Verified(solver)
+
+
 def parse_solver_spec(spec: str, registry: dict[str, type[Solver]]) -> list[Solver]:
     """``all`` | ``name`` | ``name:key=v1,v2;key2=v`` | several joined by ``+``.
 
     A comma inside a parameter spec lists sweep values; ``;`` separates parameters; ``+`` (or a
     comma between plain names) separates solvers. The cross product of swept values is returned.
-    ``all`` gives every registered solver at its defaults; ``ntp`` always comes first.
+    ``verify=on`` (or ``verify=on,off``) is the core's verify mode, open to every block solver.
+    ``all`` gives every registered solver at its defaults, then the verified ``VERIFIED_IN_ALL``;
+    ``ntp`` always comes first.
     """
     configs: list[Solver] = []
     for part in _split_solvers(spec):
         if part == "all":
             configs += [build_solver(cls, {}) for cls in registry.values()]
+            configs += [verified(build_solver(registry[name], {})) for name in VERIFIED_IN_ALL if name in registry]
             continue
         name, _, param_text = part.partition(":")
         name = name.strip()
@@ -140,8 +157,14 @@ def parse_solver_spec(spec: str, registry: dict[str, type[Solver]]) -> list[Solv
             if not eq or not values:
                 raise SolverError(f"bad parameter '{item}' for {name}: write key=value or key=v1,v2")
             grid[key.strip()] = [v.strip() for v in values.split(",")]
+        modes = grid.pop(VERIFY_KEY, ["off"])
+        for mode in modes:
+            if mode not in ("on", "off"):
+                raise SolverError(f"{name}: {VERIFY_KEY}={mode!r} must be 'on' or 'off' ({VERIFY_KEY}=on commits only "
+                                  f"the drafted tokens that NTP's argmax confirms)")
         for combo in itertools.product(*grid.values()):
-            configs.append(build_solver(registry[name], dict(zip(grid, combo))))
+            solver = build_solver(registry[name], dict(zip(grid, combo)))
+            configs += [verified(solver) if mode == "on" else solver for mode in modes]
     unique = list({c.label: c for c in configs}.values())
     ntp = [c for c in unique if not c.decodes_blocks]
     if "ntp" in registry and not ntp:

@@ -101,12 +101,15 @@ class Solver:
       ``decodes_blocks``  False means true next-token decoding through the causal stream (the NTP
                           baseline); ``select`` is then never called.
       ``deterministic``   False when ``select`` draws from ``view.generator``.
+      ``verify``          set by the core's verify mode (``Verified``, ``name:...;verify=on``), never
+                          by a solver: the core then commits only drafts that NTP's argmax confirms.
     """
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     decodes_blocks: ClassVar[bool] = True
     deterministic: ClassVar[bool] = True
+    verify: ClassVar[bool] = False
 
     def select(self, view: BlockView) -> torch.Tensor:
         """Return a (B, k) bool tensor: positions to reveal now. Must be a subset of ``view.masked``
@@ -123,6 +126,41 @@ class Solver:
         if not self.params:
             return self.name
         return self.name + ":" + ",".join(f"{k}={v}" for k, v in self.params.items())
+
+
+@dataclass(frozen=True)
+class Verified(Solver):
+    """A block solver decoded in the core's verify mode (``--solver "name:...;verify=on"``): the solver
+    drafts each block as usual, and the core commits a drafted token only where it equals NTP's argmax
+    after the committed tokens before it, so the output is NTP's, token for token (README, 'Verified
+    decoding'). Any solver gets it, plugins included: it wraps the solver and changes nothing in it.
+    Params and label are the solver's plus ``verify=on``."""
+
+    solver: Solver
+    verify: ClassVar[bool] = True
+
+    @property
+    def name(self) -> str:
+        return self.solver.name
+
+    @property
+    def description(self) -> str:
+        return self.solver.description + " (verified)"
+
+    @property
+    def deterministic(self) -> bool:
+        return self.solver.deterministic
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {**self.solver.params, "verify": "on"}
+
+    @property
+    def label(self) -> str:
+        return self.solver.label + ("," if self.solver.params else ":") + "verify=on"
+
+    def select(self, view: BlockView) -> torch.Tensor:
+        return self.solver.select(view)
 
 
 def reveal_top(score: torch.Tensor, masked: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:
@@ -192,6 +230,11 @@ class Generation:
     prefill_time_s: float = 0.0
     decode_time_s: float = 0.0
     output_text: str = ""
+    # verify mode only (None otherwise), one entry per block as in forwards_per_block: the block's drafted
+    # tokens (its first, NTP's own, is not a draft), how many of them NTP confirmed, 1 if one was replaced
+    drafted_per_block: list[int] | None = None
+    accepted_per_block: list[int] | None = None
+    replaced_per_block: list[int] | None = None
 
     @property
     def tokens(self) -> int:
@@ -203,6 +246,7 @@ SAMPLE_FIELDS = (
     "task", "id", "solver", "params", "config", "block_size", "repeat",
     "prompt_tokens", "output_ids", "output_text", "stop_reason", "tokens", "nfe",
     "prefill_forwards", "revealed_per_forward", "forwards_per_block",
+    "drafted_per_block", "accepted_per_block", "replaced_per_block",
     "wall_time_s", "prefill_time_s", "decode_time_s", "correct", "answer", "error",
     "peak_memory_bytes", "peak_memory_source", "memory", "prompt_hash", "score_detail", "batch_size",
 )
@@ -210,7 +254,7 @@ SAMPLE_FIELDS = (
 # One row of summary.json "rows" (per solver configuration x task).
 SUMMARY_ROW_FIELDS = (
     "solver", "params", "config", "task", "n", "errors", "repeats", "accuracy", "accuracy_lo", "accuracy_hi",
-    "nfe", "tokens", "tokens_per_forward", "forwards_per_block",
+    "nfe", "tokens", "tokens_per_forward", "acceptance_rate", "forwards_per_block",
     "speed_factor_nfe", "speed_factor_nfe_lo", "speed_factor_nfe_hi",
     "speed_factor_wall", "speed_factor_wall_lo", "speed_factor_wall_hi",
     "wall_time_s", "prefill_time_s", "decode_time_s",

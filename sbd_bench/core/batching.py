@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..types import BlockView, Generation, Solver
-from .decoding import Counters, DecodeError, Decoder, _check_reveal, _clock
+from .decoding import Counters, DecodeError, Decoder, _check_reveal, _clock, _end_block, verify_drafts
 from .masks import attention_mask
 
 
@@ -52,6 +52,23 @@ class _Row:
         return bool(self.stop_reason)
 
 
+@dataclass
+class _VerifiedRow(_Row):
+    """A row in verify mode: what it carries into the next first forward, and its per-block verdicts."""
+    pending: list[int] = field(default_factory=list)  # the last committed token, then the drafts to verify
+    final: bool = False  # the drafts end at a stop or the budget: verify them and draft no more
+    cached: int = 0  # positions in the cache; the row's columns end at the shared end, after its padding
+    drafting: bool = False
+    blocks: dict = field(default_factory=lambda: {name: [] for name in (
+        "forwards_per_block", "drafted_per_block", "accepted_per_block", "replaced_per_block")})
+
+    def __post_init__(self):
+        self.per_block = self.blocks["forwards_per_block"]
+
+    def verdicts(self) -> dict:
+        return {name: values for name, values in self.blocks.items() if name != "forwards_per_block"}
+
+
 class BatchDecoder:
     """Runs the primitives of a ``Decoder`` (``forward``, ``ntp_step``, ``block_step``) over B rows."""
 
@@ -71,8 +88,10 @@ class BatchDecoder:
                                   f"{lm.max_positions}: shorten it or use a model with a longer context")
         batch, longest = len(prompts), max(len(p) for p in prompts)
         d.counters = Counters()
-        rows = [_Row(prompt_len=len(p), pad=longest - len(p), budget=d._budget(len(p)),
-                     generator=None if solver.deterministic else torch.Generator().manual_seed(d.seed))
+        verified = solver.decodes_blocks and solver.verify
+        rows = [(_VerifiedRow if verified else _Row)(
+                    prompt_len=len(p), pad=longest - len(p), budget=d._budget(len(p)),
+                    generator=None if solver.deterministic else torch.Generator().manual_seed(d.seed))
                 for p in prompts]
         pad_id = getattr(lm.tokenizer, "pad_token_id", None)
         ids = torch.full((batch, longest), 0 if pad_id is None else pad_id, dtype=torch.long, device=device)
@@ -91,7 +110,9 @@ class BatchDecoder:
             d.forward(ids[:, :-1], positions[:, :-1], mask, cache, phase="prefill")
             self.committed = longest - 1
         t1 = _clock(device)
-        if solver.decodes_blocks:  # 2. decode
+        if verified:  # 2. decode
+            self._decode_verified(ids, rows, solver, cache)
+        elif solver.decodes_blocks:
             self._decode_blocks(ids, rows, solver, cache)
         else:
             self._decode_ntp(ids, rows, cache)
@@ -99,7 +120,8 @@ class BatchDecoder:
         return [Generation(output_ids=r.out, stop_reason=r.stop_reason, nfe=r.nfe,
                            prefill_forwards=int(r.prompt_len > 1), revealed_per_forward=r.revealed,
                            forwards_per_block=r.per_block, prefill_time_s=(t1 - t0) / batch,
-                           decode_time_s=(t2 - t1) / batch, output_text=d._text(r.out, r.stop_reason))
+                           decode_time_s=(t2 - t1) / batch, output_text=d._text(r.out, r.stop_reason),
+                           **(r.verdicts() if verified else {}))
                 for r in rows]
 
     # ------------------------------------------------------------------------------ helpers
@@ -216,3 +238,123 @@ class BatchDecoder:
         masked[b] = False  # the row's block is over: it idles until the others finish theirs
         if reason != "block_done":
             r.out, r.stop_reason = r.out[:cut], reason
+
+    # ------------------------------------------------------------------------------ verified
+    def _decode_verified(self, ids: torch.Tensor, rows: list[_VerifiedRow], solver: Solver, cache) -> None:
+        """Verify mode over B rows: ``Decoder._decode_verified``'s rule, forwards and records, row by row.
+        Each first forward carries every row's pending tokens right-aligned (hidden filler before a
+        shorter row's). Rows accept different numbers of drafts: afterwards each keeps only its accepted
+        keys/values, moved to end at the shared end again (``_realign``), its padding grown instead."""
+        d, lm, k, device = self.d, self.d.lm, self.d.block_size, ids.device
+        batch, filler = ids.shape[0], lm.mask_token_id
+        pads = [r.pad for r in rows]  # columns hidden from each row, left of its own
+        for b, r in enumerate(rows):
+            r.pending, r.cached = [int(ids[b, -1])], r.prompt_len - 1
+        while not all(r.finished for r in rows):
+            # 1. the first forward: carry, verify, commit, and start drafting where every draft was accepted
+            carried = [[] if r.finished else r.pending[:-1] if r.final else r.pending for r in rows]
+            n = max(map(len, carried))
+            starts = [r.cached + len(c) for r, c in zip(rows, carried)]
+            sizes = [0 if r.finished or r.final else k if lm.max_positions is None else min(k, lm.max_positions - s)
+                     for r, s in zip(rows, starts)]
+            width = k if any(sizes) else 0
+            tokens = torch.tensor([[filler] * (n - len(c)) + c for c in carried], device=device)
+            hidden = torch.tensor([[i < n - len(c) for i in range(n)] + [j >= size for j in range(width)]
+                                   for c, size in zip(carried, sizes)])  # (B, n + width): filler, absent slots
+            block = torch.full((batch, width), lm.mask_token_id, dtype=torch.long, device=device)
+            ntp_logits, logits = d.carry_step(tokens, block, torch.tensor(starts, device=device), cache,
+                                              self._verified_key_pad(pads, hidden))
+            ntp = ntp_logits.argmax(-1).tolist()  # (B, n)
+            kept, block_host = [0] * batch, torch.full((batch, width), lm.mask_token_id, dtype=torch.long)
+            masked_host = torch.zeros(batch, width, dtype=torch.bool)
+            for b, r in enumerate(rows):
+                if r.finished:
+                    continue
+                new, accepted, replaced = verify_drafts(r.pending, ntp[b][n - len(carried[b]):])
+                kept[b] = accepted + 1 if replaced else len(carried[b])
+                if r.blocks["drafted_per_block"]:  # the previous block's drafts are judged now
+                    r.blocks["accepted_per_block"][-1], r.blocks["replaced_per_block"][-1] = accepted, int(replaced)
+                first_new = len(r.out)
+                r.out += new
+                r.revealed.append(len(new))
+                r.nfe += 1
+                cut, reason = d._stop(r.out, len(r.out), r.budget, first_new=first_new)
+                if cut is not None or replaced or r.final:
+                    _end_block(r.blocks, forwards=1, drafted=0)
+                    if cut is not None:
+                        r.revealed[-1] -= len(r.out) - cut
+                        r.out, r.stop_reason = r.out[:cut], reason
+                    else:
+                        r.pending, r.final = r.out[-1:], False
+                    continue
+                r.size, r.steps, r.drafting = sizes[b], 1, True
+                block_host[b, 0] = r.out[-1]
+                masked_host[b, 1 : r.size] = True
+            pads = self._realign(cache, rows, pads, carried, kept, n)
+            # 2. draft: rows that accepted everything fill their block; the others wait
+            block, starts = block_host.to(device), torch.tensor([r.cached for r in rows], device=device)
+            step = 0
+            while True:
+                working = masked_host.any(-1).nonzero()[:, 0].tolist()
+                if working:
+                    chosen, picked = self._select(solver, logits, masked_host.to(device), rows, working, step)
+                    block = torch.where(chosen, picked, block)
+                    chosen_host, block_host = chosen.cpu(), block.cpu()
+                    masked_host &= ~chosen_host
+                for b, r in enumerate(rows):
+                    if r.drafting:
+                        self._end_draft(r, b, block_host, masked_host)
+                drafting = [b for b, r in enumerate(rows) if r.drafting]
+                if not drafting:
+                    break
+                absent = torch.tensor([[not r.drafting or j >= r.size for j in range(width)] for r in rows])
+                logits = d.block_step(block[:, :0], block, starts, cache, self._verified_key_pad(pads, absent))
+                for b in drafting:
+                    rows[b].nfe += 1
+                    rows[b].steps += 1
+                    rows[b].revealed.append(0)  # drafting forwards commit nothing
+                step += 1
+
+    def _end_draft(self, r: _VerifiedRow, b: int, block, masked) -> None:
+        """After a drafting forward: end the row's draft at a stop or the budget among its drafts, or
+        when its block is full (``Decoder._decode_verified``); host copies of block and masked (B, k)."""
+        row_masked = masked[b, : r.size]
+        filled = int(row_masked.long().argmax()) if row_masked.any() else r.size  # contiguous prefix
+        cut, reason = self.d._stop(r.out + block[b, 1:filled].tolist(), len(r.out) + filled - 1, r.budget,
+                                   block_done=not row_masked.any(), first_new=len(r.out))
+        if cut is None:
+            return
+        _end_block(r.blocks, forwards=r.steps, drafted=cut - len(r.out))
+        r.pending, r.final, r.drafting = block[b, : 1 + cut - len(r.out)].tolist(), reason != "block_done", False
+        masked[b] = False
+
+    def _verified_key_pad(self, pads: list[int], query_hidden: torch.Tensor) -> torch.Tensor:
+        """(B, length + Q) True where a row may not look: its padding columns, ``query_hidden`` (B, Q)."""
+        columns = torch.arange(self.committed)[None] < torch.tensor(pads)[:, None]
+        return torch.cat([columns, query_hidden], dim=1).to(self.d.lm.device)
+
+    def _realign(self, cache, rows: list[_VerifiedRow], pads: list[int], carried: list[list[int]], kept: list[int],
+                 n: int) -> list[int]:
+        """After a first forward that appended ``n`` columns (row b's carried tokens at the right end):
+        keep row b's first ``kept[b]`` carried tokens and drop the rest, filler included, so that every
+        unfinished row's columns end at the new shared end. Returns the new padding per row."""
+        before = self.committed
+        live = [b for b, r in enumerate(rows) if not r.finished]
+        for b in live:
+            rows[b].cached += kept[b]
+        if not live:
+            return pads
+        if all(len(carried[b]) == n and kept[b] == kept[live[0]] for b in live):  # all alike: a rollback does
+            cache.rollback(n - kept[live[0]])
+            self.committed = before + kept[live[0]]
+            return [pads[b] if b in live else 0 for b in range(len(rows))]
+        width = max(rows[b].cached for b in live)
+        columns = torch.arange(width)
+        source = columns.clamp_max(before + n - 1)[None].repeat(len(rows), 1)  # finished rows: anything
+        for b in live:
+            old = rows[b].cached - kept[b]  # positions cached before the forward
+            i = columns - (width - rows[b].cached)  # index into the row's own positions
+            source[b] = torch.where(i < old, pads[b] + i, before + n - len(carried[b]) + i - old).clamp_min(0)
+        cache.keep(source)
+        self.committed = width
+        return [width - rows[b].cached if b in live else 0 for b in range(len(rows))]

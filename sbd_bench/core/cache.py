@@ -54,6 +54,13 @@ class KVCache:
 
         self.hf = DynamicCache(config=self.config)
 
+    def keep(self, columns: torch.Tensor) -> None:
+        """Keep, for each row b, the cached columns ``columns[b]`` (B, L) in that order: the length becomes
+        L. Batched verified decoding drops each row's rejected keys/values with it (core/batching.py)."""
+        for layer in self.hf.layers:
+            if layer.is_initialized and layer.keys.numel():
+                layer.keys, layer.values = _gather_columns(layer.keys, columns), _gather_columns(layer.values, columns)
+
     def fit_mask(self, mask: torch.Tensor | None, q: int) -> torch.Tensor | None:
         """The mask the model needs for ``q`` new queries: unchanged, the cache grows to length + q."""
         return mask
@@ -96,6 +103,16 @@ class StaticKVCache:
         for layer in self.hf.layers:  # only the position: the stale values are masked anyway
             layer.cumulative_length.zero_()
 
+    @torch.inference_mode()
+    def keep(self, columns: torch.Tensor) -> None:
+        """As ``KVCache.keep``, in place: the buffers stay where they are (CUDA graphs read them)."""
+        width = columns.shape[1]
+        for layer in self.hf.layers:
+            if layer.is_initialized:
+                layer.keys[:, :, :width] = _gather_columns(layer.keys, columns)
+                layer.values[:, :, :width] = _gather_columns(layer.values, columns)
+                layer.cumulative_length.fill_(width)
+
     def fit_mask(self, mask: torch.Tensor | None, q: int) -> torch.Tensor:
         """Widen an additive mask (B, 1, Q, length + q) to (B, 1, Q, capacity), blocking the unused
         columns; ``None`` (plain causal prefill) becomes the explicit causal mask."""
@@ -115,3 +132,8 @@ class StaticKVCache:
     def bytes_per_token(self, dtype: torch.dtype) -> int:
         return kv_bytes_per_token(self.config, dtype)
 
+
+def _gather_columns(states: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """states (B, H, T, D), columns (B, L) -> (B, H, L, D): row b's columns ``columns[b]``."""
+    index = columns.to(states.device)[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[3])
+    return states.gather(2, index)

@@ -105,6 +105,12 @@ class Decoder:
         kept: it is exact), then ``block`` (B, k) at start..start+k-1, bidirectional (its KV depends on
         the masks and is dropped). Returns the block's logits (B, k, V); logit i predicts token i.
         ``start``: an int, or (B,) per row; ``key_pad``: see ``attention_mask``."""
+        return self.carry_step(pending, block, start, cache, key_pad)[1]
+
+    def carry_step(self, pending: torch.Tensor, block: torch.Tensor, start: int | torch.Tensor, cache: KVCache,
+                   key_pad: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``block_step`` that also returns the logits of the carried tokens: ((B, n, V), (B, k, V)).
+        Carried logit i is NTP's next-token prediction after pending[:, i]; verified decoding reads it."""
         n, k = pending.shape[1], block.shape[1]
         ids = torch.cat([pending, block], dim=1)
         offsets = torch.arange(-n, k, device=block.device)
@@ -114,10 +120,11 @@ class Decoder:
             positions = start.to(block.device)[:, None] + offsets  # (B, n + k)
         if self.lm.max_positions is not None:  # only idle slots of a batched row can pass the end
             positions = positions.clamp_max(self.lm.max_positions - 1)
+        positions = positions.clamp_min(0)  # only hidden filler slots of a batched row fall before 0
         mask = attention_mask(cache.length, n, k, self.lm.dtype, block.device, key_pad)
         logits = self.forward(ids, positions, mask, cache)
         cache.rollback(k)
-        return logits[:, n:]
+        return logits[:, :n], logits[:, n:]
 
     # -------------------------------------------------------------------------------- the loop
     def generate(self, prompt_ids: list[int], solver: Solver) -> Generation:
@@ -133,17 +140,19 @@ class Decoder:
         t0 = _clock(device)
         self.prefill(prompt[:, :-1], cache)  # 1. prefill all but the last prompt token
         t1 = _clock(device)
-        if solver.decodes_blocks:  # 2. decode
+        if solver.decodes_blocks and solver.verify:  # 2. decode
+            state = self._decode_verified(prompt, solver, cache)
+        elif solver.decodes_blocks:
             state = self._decode_blocks(prompt, solver, cache)
         else:
             state = self._decode_ntp(prompt, cache)
         t2 = _clock(device)
-        output_ids, stop_reason, revealed, per_block = state
+        output_ids, stop_reason, revealed, per_block, *verdicts = state
         return Generation(
             output_ids=output_ids, stop_reason=stop_reason, nfe=self.counters.nfe,
             prefill_forwards=self.counters.prefill_forwards, revealed_per_forward=revealed,
             forwards_per_block=per_block, prefill_time_s=t1 - t0, decode_time_s=t2 - t1,
-            output_text=self._text(output_ids, stop_reason),
+            output_text=self._text(output_ids, stop_reason), **(verdicts[0] if verdicts else {}),
         )
 
     def _decode_ntp(self, prompt: torch.Tensor, cache: KVCache):
@@ -198,6 +207,64 @@ class Decoder:
                 return out[:cut], reason, revealed, per_block
             pending, start = block, start + size
 
+    def _decode_verified(self, prompt: torch.Tensor, solver: Solver, cache: KVCache):
+        """Verified block decoding (README, 'Verified decoding'). Each block's first forward carries the
+        last committed token and the previous block's drafts causally: a draft is committed only where
+        it equals NTP's argmax after the tokens before it (``verify_drafts``); the first that differs is
+        replaced by NTP's token, the rest are dropped and their keys/values rolled back. NTP's token
+        after the last carried one is exact: it is the block's first position. Stops and the budget see
+        committed tokens only, so the output is NTP's, token for token."""
+        lm, k, device = self.lm, self.block_size, self.lm.device
+        generator = torch.Generator().manual_seed(self.seed)
+        out: list[int] = []
+        revealed: list[int] = []  # tokens committed by each forward
+        blocks = {"forwards_per_block": [], "drafted_per_block": [], "accepted_per_block": [], "replaced_per_block": []}
+        pending, final, budget = prompt[0, -1:].tolist(), False, self._budget(prompt.shape[1])
+        while True:
+            # 1. carry pending (its last draft too, unless final: drafting ended at a stop or the budget)
+            carried = pending[:-1] if final else pending
+            start = prompt.shape[1] - 1 + len(out) + len(carried)  # pending[0] sits at P - 1 + len(out)
+            size = 0 if final else k if lm.max_positions is None else min(k, lm.max_positions - start)
+            block = torch.full((1, size), lm.mask_token_id, dtype=torch.long, device=device)
+            ntp_logits, logits = self.carry_step(torch.tensor([carried], device=device), block, start, cache)
+            new, accepted, replaced = verify_drafts(pending, ntp_logits[0].argmax(-1).tolist())
+            cache.rollback(len(carried) - 1 - accepted if replaced else 0)  # keys/values of rejected drafts
+            if blocks["drafted_per_block"]:  # the previous block's drafts are judged now
+                blocks["accepted_per_block"][-1], blocks["replaced_per_block"][-1] = accepted, int(replaced)
+            first_new = len(out)
+            out += new
+            revealed.append(len(new))
+            cut, reason = self._stop(out, len(out), budget, first_new=first_new)
+            if cut is not None or replaced or final:  # no block to draft: it would start elsewhere
+                _end_block(blocks, forwards=1, drafted=0)
+                if cut is not None:
+                    revealed[-1] -= len(out) - cut
+                    return out[:cut], reason, revealed, blocks.pop("forwards_per_block"), blocks
+                pending, final = out[-1:], False
+                continue
+            # 2. draft the rest of the block with the solver; NTP's token, committed, is its first position
+            block[0, 0] = out[-1]
+            masked = torch.ones(1, size, dtype=torch.bool, device=device)
+            masked[0, 0] = False
+            step = 0
+            while True:
+                if masked.any():
+                    view = BlockView(logits=logits, masked=masked.clone(), step=step, generator=generator)
+                    chosen = solver.select(view)
+                    _check_reveal(solver, chosen, masked)
+                    block = torch.where(chosen, view.tokens, block)
+                    masked &= ~chosen
+                filled = int(masked[0].long().argmax()) if masked.any() else size  # contiguous prefix
+                cut, reason = self._stop(out + block[0, 1:filled].tolist(), len(out) + filled - 1, budget,
+                                         block_done=not masked.any(), first_new=len(out))
+                if cut is not None:  # a stop or the budget among the drafts ends drafting, not generation
+                    break
+                logits = self.block_step(block[:, :0], block, start, cache)
+                revealed.append(0)  # drafting forwards commit nothing
+                step += 1
+            _end_block(blocks, forwards=step + 1, drafted=cut - len(out))
+            pending, final = block[0, : 1 + cut - len(out)].tolist(), reason != "block_done"
+
     # ----------------------------------------------------------------------------- bookkeeping
     def _budget(self, prompt_len: int) -> int:
         budget = self.max_new_tokens
@@ -249,6 +316,28 @@ class Decoder:
             cut = min((text.find(s) for s in self.stop_strings if s in text), default=len(text))
             text = text[:cut]
         return text
+
+
+def verify_drafts(pending: list[int], ntp: list[int]) -> tuple[list[int], int, bool]:
+    """The verify rule (greedy). ``pending``: the last committed token, then the drafts; ``ntp[i]``: NTP's
+    argmax after pending[i], for every pending token (then NTP's token after the last draft starts the
+    next block) or all but the last (a final check: nothing follows). Returns (tokens committed now,
+    drafts accepted, whether a draft was replaced): the longest prefix of the drafts that agrees with
+    NTP, then NTP's token, which replaces the first draft that differs or follows the last one."""
+    drafts = pending[1:]
+    accepted = 0
+    while accepted < len(drafts) and drafts[accepted] == ntp[accepted]:
+        accepted += 1
+    if accepted < len(drafts):
+        return drafts[:accepted] + [ntp[accepted]], accepted, True
+    return drafts + ntp[len(drafts):], accepted, False
+
+
+def _end_block(blocks: dict[str, list[int]], forwards: int, drafted: int) -> None:
+    """Close a block of verified decoding; its drafts are judged at the next block's first forward."""
+    for name, value in (("forwards_per_block", forwards), ("drafted_per_block", drafted), ("accepted_per_block", 0),
+                        ("replaced_per_block", 0)):
+        blocks[name].append(value)
 
 
 def _check_reveal(solver: Solver, chosen: torch.Tensor, masked: torch.Tensor) -> None:

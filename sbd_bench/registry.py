@@ -25,8 +25,9 @@ from .types import Solver, SolverError, UsageError, Verified, did_you_mean
 BUILTIN_SOLVERS = Path(__file__).resolve().parent.parent / "solvers"
 ENTRY_POINT_GROUP = "sbd_bench.solvers"
 VERIFY_KEY = "verify"  # a core option in every block solver's spec, not a solver parameter
-# what `all` adds to every solver at its defaults: verified configurations, so the main job shows one
-VERIFIED_IN_ALL = ("entropy_bounded",)
+# what `all` adds to every solver at its defaults, verified: the paper's solver, and the whole block in one
+# forward (one forward per block at the default k=16: never more forwards than NTP; README)
+VERIFIED_IN_ALL = (("entropy_bounded", {}), ("fixed_k", {"k": "16"}))
 
 
 class RegistryError(UsageError):
@@ -145,7 +146,8 @@ def parse_solver_spec(spec: str, registry: dict[str, type[Solver]]) -> list[Solv
     for part in _split_solvers(spec):
         if part == "all":
             configs += [build_solver(cls, {}) for cls in registry.values()]
-            configs += [verified(build_solver(registry[name], {})) for name in VERIFIED_IN_ALL if name in registry]
+            configs += [verified(build_solver(registry[name], params)) for name, params in VERIFIED_IN_ALL
+                        if name in registry]
             continue
         name, _, param_text = part.partition(":")
         name = name.strip()

@@ -9,6 +9,7 @@ with like), then summarised with the same metrics. Per configuration x task it f
   speed_factor_wall        falls more than --wall-tol below the baseline (relative; default 0.2: timings
                            are noisy, CPUs more so; CI passes a larger one)
   errors                   increase
+  ntp_match_rate           is below 1 in a verified configuration (its output must be NTP's)
 and when the run has a configuration the baseline lacks (refresh the baseline deliberately, see the
 README). Greedy decoding makes NFE, tokens and accuracy deterministic on one machine.
 Exit status: 0 pass, 1 regression, 2 bad input. The last stdout line is JSON.
@@ -20,7 +21,7 @@ import sys
 from pathlib import Path
 
 from ..types import UsageError
-from .metrics import example_key, summarize
+from .metrics import example_key, is_verified, summarize
 from .records import load_run, write_text_atomic
 
 
@@ -54,6 +55,9 @@ def compare_rows(base_row: dict, run_row: dict, tol: dict) -> list[str]:
                         f"({100 * change:+.0f}%, tolerance -{100 * tol['wall']:.0f}%)")
     if run_row["errors"] > base_row["errors"]:
         problems.append(f"errors {base_row['errors']} -> {run_row['errors']}")
+    match = run_row.get("ntp_match_rate")
+    if is_verified(run_row) and match is not None and match < 1 - EPS:
+        problems.append(f"verified output differs from NTP's on {100 * (1 - match):.1f}% of examples (must be none)")
     return problems
 
 

@@ -10,6 +10,10 @@ each timing; the deterministic figures (nfe, tokens, correct) come from the firs
 Per (config, task), over its samples without error:
   nfe, tokens         means
   tokens_per_forward  total tokens / total nfe
+  acceptance_rate     verified configurations (``params.verify == "on"``): total drafted tokens that NTP
+                      confirmed / total drafted tokens; None for the others
+  ntp_match_rate      share of examples whose output_ids equal NTP's, paired on (task, id); verified
+                      configurations must reach 1.0 (``compare`` fails them otherwise)
   forwards_per_block  mean forwards per block
   speed_factor_nfe    mean over examples of nfe(ntp) / nfe(config), paired on (task, id)
   speed_factor_wall   the same with decode_time_s (decode wall-clock; prefill is timed apart and is
@@ -60,6 +64,11 @@ def collapse_repeats(records: Iterable[dict]) -> list[dict]:
     return out
 
 
+def is_verified(rec: dict) -> bool:
+    """A record or summary row of a configuration decoded in the core's verify mode."""
+    return (rec.get("params") or {}).get("verify") == "on"
+
+
 def paired_ratios(records: list[dict], field: str) -> dict[tuple[str, str], list[float]]:
     """(config, task) -> [baseline[field] / record[field]] per example paired with the baseline.
     ``records`` must already be collapsed over repeats."""
@@ -70,6 +79,16 @@ def paired_ratios(records: list[dict], field: str) -> dict[tuple[str, str], list
         if r.get("error") or not b or not r.get(field) or r[field] <= 0:
             continue
         out[(r["config"], r["task"])].append(b / r[field])
+    return out
+
+
+def ntp_matches(records: list[dict]) -> dict[tuple[str, str], list[bool]]:
+    """(config, task) -> [output_ids == NTP's output_ids] per example paired with the baseline."""
+    base = {example_key(r): r.get("output_ids") for r in records if r["solver"] == BASELINE_SOLVER and not r.get("error")}
+    out: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for r in records:
+        if not r.get("error") and base.get(example_key(r)) is not None:
+            out[(r["config"], r["task"])].append(r.get("output_ids") == base[example_key(r)])
     return out
 
 
@@ -108,14 +127,18 @@ def summarize(records: Iterable[dict]) -> list[dict]:
         groups[(r["config"], r["task"])].append(r)
     nfe_ratios = paired_ratios(samples, "nfe")
     wall_ratios = paired_ratios(samples, "decode_time_s")
-    return [_row(config, task, recs, nfe_ratios.get((config, task), []), wall_ratios.get((config, task), []))
-            for (config, task), recs in groups.items()]
+    matches = ntp_matches(samples)
+    return [_row(config, task, recs, nfe_ratios.get((config, task), []), wall_ratios.get((config, task), []),
+                 matches.get((config, task), [])) for (config, task), recs in groups.items()]
 
 
-def _row(config: str, task: str, recs: list[dict], nfe_ratios: list[float], wall_ratios: list[float]) -> dict:
+def _row(config: str, task: str, recs: list[dict], nfe_ratios: list[float], wall_ratios: list[float],
+         matches: list[bool]) -> dict:
     ok = [r for r in recs if not r.get("error")]
     verdicts = [bool(r["correct"]) for r in ok if r.get("correct") is not None]
     total_nfe = sum(r["nfe"] for r in ok)
+    drafted = sum(sum(r.get("drafted_per_block") or []) for r in ok)
+    accepted = sum(sum(r.get("accepted_per_block") or []) for r in ok)
     blocks = [n for r in ok for n in r.get("forwards_per_block") or []]
     acc_lo, acc_hi = wilson_ci(sum(verdicts), len(verdicts))
     nfe_lo, nfe_hi = bootstrap_ci(nfe_ratios)
@@ -129,6 +152,8 @@ def _row(config: str, task: str, recs: list[dict], nfe_ratios: list[float], wall
         "accuracy": mean(verdicts) if verdicts else None, "accuracy_lo": acc_lo, "accuracy_hi": acc_hi,
         "nfe": _mean(r["nfe"] for r in ok), "tokens": _mean(r["tokens"] for r in ok),
         "tokens_per_forward": sum(r["tokens"] for r in ok) / total_nfe if total_nfe else None,
+        "acceptance_rate": accepted / drafted if drafted and is_verified(recs[0]) else None,
+        "ntp_match_rate": _mean(matches),
         "forwards_per_block": _mean(blocks),
         "speed_factor_nfe": _mean(nfe_ratios), "speed_factor_nfe_lo": nfe_lo, "speed_factor_nfe_hi": nfe_hi,
         "speed_factor_wall": _mean(wall_ratios), "speed_factor_wall_lo": wall_lo, "speed_factor_wall_hi": wall_hi,

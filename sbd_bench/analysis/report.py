@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from ..types import SUMMARY_ROW_FIELDS
-from .metrics import summarize
+from .metrics import is_verified, summarize
 from .records import load_run, write_text_atomic
 from .roofline import prediction_columns
 
@@ -69,7 +69,7 @@ def csv_text(header: list[str], body: list[list]) -> str:
 
 
 def detail_table(rows: list[dict], predictions: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
-    header = ["task", "config", "n", "accuracy % [95% CI]", "nfe", "tokens/forward", "forwards/block",
+    header = ["task", "config", "n", "accuracy % [95% CI]", "nfe", "tokens/forward", "acceptance %", "= NTP output %", "forwards/block",
               "speed factor NFE [95% CI]", "speed factor wall [95% CI]",
               *[PREDICTION_LABELS.get(name, name.replace("pred_", "predicted ").replace("_", " ")) for name in predictions],
               "peak memory MiB", "errors"]
@@ -81,6 +81,7 @@ def detail_table(rows: list[dict], predictions: dict[str, dict]) -> tuple[list[s
             _pct(r["accuracy"]) + _interval(r["accuracy_lo"], r["accuracy_hi"], _pct),
             "-" if r["nfe"] is None else f"{r['nfe']:.1f}",
             "-" if r["tokens_per_forward"] is None else f"{r['tokens_per_forward']:.2f}",
+            _pct(r.get("acceptance_rate")), _pct(r.get("ntp_match_rate")),
             "-" if r["forwards_per_block"] is None else f"{r['forwards_per_block']:.2f}",
             _x(r["speed_factor_nfe"]) + _interval(r["speed_factor_nfe_lo"], r["speed_factor_nfe_hi"], _x),
             _x(r["speed_factor_wall"]) + _interval(r["speed_factor_wall_lo"], r["speed_factor_wall_hi"], _x),
@@ -141,6 +142,8 @@ def plot_accuracy_vs_speed(rows: list[dict], path: Path):
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     configs = list(dict.fromkeys(r["config"] for r in rows))
     colors = {c: plt.get_cmap("tab10")(i % 10) for i, c in enumerate(configs)}
+    # verified configurations (output = NTP's) as diamonds; gid "verified" lets tests find them
+    marker = {r["config"]: ("D", "verified") if is_verified(r) else ("o", None) for r in rows}
     cols = 2 if len(tasks) == 4 else min(3, len(tasks))
     rows_n = -(-len(tasks) // cols)
     fig, axes = plt.subplots(rows_n, cols, figsize=(4.5 * cols, 4 * rows_n), squeeze=False)
@@ -150,9 +153,11 @@ def plot_accuracy_vs_speed(rows: list[dict], path: Path):
         points = [(r["speed_factor_nfe"], r["accuracy"], r["config"], r.get("speed_factor_wall")) for r in rows
                   if r["task"] == task and r["speed_factor_nfe"] is not None and r["accuracy"] is not None]
         for x, y, config, wall in points:
-            ax.scatter(x, 100 * y, color=colors[config], s=40, zorder=3)
+            shape, gid = marker[config]
+            ax.scatter(x, 100 * y, color=colors[config], s=40, zorder=3, marker=shape, gid=gid)
             if wall is not None:
-                ax.scatter(wall, 100 * y, facecolors="none", edgecolors=colors[config], s=40, zorder=3)
+                ax.scatter(wall, 100 * y, facecolors="none", edgecolors=colors[config], s=40, zorder=3, marker=shape,
+                           gid=gid)
         front = pareto_front([(x, y) for x, y, _, _ in points])
         if front:
             ax.plot([x for x, _ in front], [100 * y for _, y in front], "k--", lw=1, marker="o", ms=11, mfc="none",
@@ -166,7 +171,9 @@ def plot_accuracy_vs_speed(rows: list[dict], path: Path):
         ax.set_xlabel("speed factor relative to NTP (x)\nfilled: NFE, hollow: wall-clock")
         ax.set_ylabel("accuracy (%)")
         ax.grid(alpha=0.3)
-    handles = [plt.Line2D([], [], marker="o", ls="", color=colors[c], label=c) for c in configs]
+    handles = [plt.Line2D([], [], marker=marker[c][0], ls="", color=colors[c], label=c) for c in configs]
+    if any(gid for _, gid in marker.values()):
+        handles.append(plt.Line2D([], [], marker="D", ls="", color="grey", label="diamond: verified (output = NTP's)"))
     handles.append(plt.Line2D([], [], ls="--", marker="o", ms=11, mfc="none", color="k", label="Pareto front (NFE)"))
     fig.tight_layout()
     fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=7, frameon=False)
@@ -237,7 +244,9 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
              markdown(header, body), "", "## Details", "",
              "95% intervals: Wilson for accuracy, seeded percentile bootstrap over examples for speed factors. "
              "Wall-clock speed factors use decode time (prefill is timed apart); predicted ones apply a cost "
-             "model to each sample's forwards per block (see `python -m sbd_bench roofline`).", "",
+             "model to each sample's forwards per block (see `python -m sbd_bench roofline`). Acceptance: verified "
+             "configurations (`verify=on`) only, the share of drafted tokens NTP's argmax confirmed; "
+             "= NTP output: the share of examples whose output ids equal NTP's (100% for verified ones).", "",
              markdown(d_header, d_body), ""]
     text += cost_curve_lines(summary) + [""]
     if failures:

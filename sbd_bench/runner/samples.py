@@ -118,7 +118,8 @@ def sample_record(task: Task, example: Example, prompt_ids: list[int], solver: S
         "output_ids": gen.output_ids, "output_text": gen.output_text,
         "stop_reason": gen.stop_reason, "tokens": gen.tokens, "nfe": gen.nfe,
         "prefill_forwards": gen.prefill_forwards, "revealed_per_forward": gen.revealed_per_forward,
-        "forwards_per_block": gen.forwards_per_block,
+        "forwards_per_block": gen.forwards_per_block, "drafted_per_block": gen.drafted_per_block,
+        "accepted_per_block": gen.accepted_per_block, "replaced_per_block": gen.replaced_per_block,
         "wall_time_s": gen.prefill_time_s + gen.decode_time_s, "prefill_time_s": gen.prefill_time_s,
         "decode_time_s": gen.decode_time_s, "correct": correct,
         "answer": example.answer, "error": None,
@@ -134,6 +135,7 @@ def failed_sample(task: Task, example: Example, prompt_ids: list[int], solver: S
     return {**_identity(task, example, prompt_ids, solver, cfg, repeat),
             "output_ids": [], "output_text": "", "stop_reason": "error", "tokens": 0, "nfe": 0,
             "prefill_forwards": 0, "revealed_per_forward": [], "forwards_per_block": [],
+            "drafted_per_block": None, "accepted_per_block": None, "replaced_per_block": None,
             "wall_time_s": None, "prefill_time_s": None, "decode_time_s": None, "correct": None,
             "answer": example.answer, "error": message, "peak_memory_bytes": None, "peak_memory_source": None,
             "memory": None, "score_detail": None}

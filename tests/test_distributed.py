@@ -20,6 +20,7 @@ TIMING = {"wall_time_s", "prefill_time_s", "decode_time_s", "peak_memory_bytes",
 def _timing(key: str) -> bool:  # summary row fields that come from clocks or memory readings
     return any(word in key for word in ("wall", "time", "memory"))
 PROMPTS = ["1+2=", "12*3=", "abc", "9", "44+55-3="]
+SOLVERS = "entropy_bounded+random_order+random_order:verify=on"
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def _cli(args: list[str], ranks: int = 1, env: dict | None = None):
 
 def _common(model, task, out):
     return ["--model", str(model), "--task", str(task), "--out", str(out), "--device", "cpu", "--dtype", "float32",
-            "--block-size", "4", "--max-new-tokens", "8", "--solver", "entropy_bounded+random_order",
+            "--block-size", "4", "--max-new-tokens", "8", "--solver", SOLVERS,
             "--no-cost-curve"]
 
 
@@ -56,13 +57,13 @@ def test_two_ranks_write_what_one_process_writes(setup, tmp_path):
     from sbd_bench.runner.harness import RunConfig, run
 
     model, task = setup
-    run(RunConfig(model=str(model), tasks=[str(task)], solvers="entropy_bounded+random_order", out=tmp_path / "one",
+    run(RunConfig(model=str(model), tasks=[str(task)], solvers=SOLVERS, out=tmp_path / "one",
                   block_size=4, max_new_tokens=8, device="cpu", dtype="float32", cost_curve=False))
     done = _cli(_common(model, task, tmp_path / "two"), ranks=2)
     assert done.returncode == 0, done.stderr[-2000:]
     one_samples, one_rows, _ = _load(tmp_path / "one")
     two_samples, two_rows, two_summary = _load(tmp_path / "two")
-    assert len(one_samples) == 15 and two_samples == one_samples
+    assert len(one_samples) == 20 and two_samples == one_samples
     assert two_rows == one_rows
     assert two_summary["complete"] is True and two_summary["provenance"]["world_size"] == 2
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())

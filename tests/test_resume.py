@@ -92,7 +92,7 @@ def comparable(records):
 def test_killed_run_resumes_to_the_uninterrupted_records(setup, tmp_path):
     killed = tmp_path / "killed"
     cmd = [sys.executable, "-m", "sbd_bench", "run", "--model", setup["model"], "--task", setup["task"],
-           "--solver", "slow_top_two+fixed_k:k=2", "--block-size", "4", "--max-new-tokens", "8",
+           "--solver", "slow_top_two:verify=on+fixed_k:k=2", "--block-size", "4", "--max-new-tokens", "8",
            "--plugins", setup["plugins"]["slow"], "--no-report", "--no-cost-curve", "--threads", "1", "--out", str(killed)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     samples, deadline = killed / "samples.jsonl", time.time() + 120
@@ -108,7 +108,7 @@ def test_killed_run_resumes_to_the_uninterrupted_records(setup, tmp_path):
     assert summary["complete"] is False and 5 <= len(before) < 18
 
     resume(killed)
-    full = run(config(setup, tmp_path / "full", "slow_top_two+fixed_k:k=2", "slow"))
+    full = run(config(setup, tmp_path / "full", "slow_top_two:verify=on+fixed_k:k=2", "slow"))
     after, expected = read_records(samples), read_records(full / "samples.jsonl")
     assert len(after) == len(expected) == 18  # none lost, none twice
     assert len({metrics.sample_key(r) for r in after}) == 18

@@ -312,3 +312,74 @@ def test_shipped_model_verified_equals_ntp_on_the_suite_subset(tmp_path):
             assert rec["nfe"] - ntp[(rec["task"], rec["id"])]["nfe"] == nfe_minus_ntp(rec)
             if rec["config"] == "fixed_k:k=16,verify=on":  # one forward per block: never more than NTP
                 assert set(rec["forwards_per_block"]) == {1} and rec["nfe"] <= rec["tokens"]
+
+
+# ------------------------------------------------------------------------- records, report, compare
+VFK = "fixed_k:k=4,verify=on"
+
+
+def verified_records():
+    """standard_records plus a verified configuration: output = NTP's, drafts judged per block."""
+    from measure_fixtures import crafted_record, standard_records
+
+    records = standard_records()
+    for task in ("arith", "copy"):
+        for i in range(5):
+            rec = crafted_record(VFK, task, str(i), nfe=4, tokens=8 + i, correct=True, decode_time_s=0.02)
+            rec["solver"], rec["params"] = "fixed_k", {"k": 4, "verify": "on"}
+            rec["forwards_per_block"] = [1, 1, 1, 1]
+            rec["drafted_per_block"], rec["accepted_per_block"] = [3, 3, 3, 0], [3, 1, 2 + (i % 2), 0]
+            rec["replaced_per_block"] = [0, 1, 1 - i % 2, 0]
+            records.append(rec)
+    return records
+
+
+def test_summary_rows_hold_acceptance_and_ntp_match():
+    from sbd_bench.analysis.metrics import summarize
+
+    records = verified_records()
+    next(r for r in records if r["config"] == "fixed_k:k=4" and r["id"] == "1")["output_ids"] = [7]
+    rows = {(r["config"], r["task"]): r for r in summarize(records)}
+    assert rows[(VFK, "arith")]["acceptance_rate"] == pytest.approx((5 * 6 + 2) / (5 * 9))
+    assert rows[(VFK, "arith")]["ntp_match_rate"] == 1.0 and rows[("ntp", "arith")]["acceptance_rate"] is None
+    assert rows[("fixed_k:k=4", "arith")]["ntp_match_rate"] == 0.8 and rows[("fixed_k:k=4", "arith")]["acceptance_rate"] is None
+
+
+def test_report_shows_acceptance_and_marks_verified_configurations(tmp_path):
+    from measure_fixtures import crafted_run
+
+    from sbd_bench.analysis import report
+    from sbd_bench.analysis.metrics import summarize
+
+    run_dir = crafted_run(tmp_path / "run", verified_records())
+    text = report.write_report(run_dir).read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| task | config"))
+    cells = header.split(" | ")
+    assert cells.index("acceptance %") == cells.index("tokens/forward") + 1
+    line = next(line for line in text.splitlines() if line.startswith(f"| arith | {VFK} |"))
+    assert line.split(" | ")[cells.index("acceptance %")] == "71.1"
+    fig = report.plot_accuracy_vs_speed(summarize(verified_records()), tmp_path / "p.png")
+    for ax in (ax for ax in fig.axes if ax.get_visible()):
+        verified = [c for c in ax.collections if c.get_gid() == "verified"]
+        assert len(verified) == 2  # the NFE point and the wall-clock point of the one verified configuration
+        assert len(ax.collections) == 2 * 4
+
+
+def test_compare_gates_verified_rows(tmp_path, capsys):
+    import copy
+
+    from measure_fixtures import crafted_run
+
+    from sbd_bench.cli import main
+
+    baseline = crafted_run(tmp_path / "base", verified_records())
+    assert main(["compare", str(baseline), str(crafted_run(tmp_path / "same", verified_records()))]) == 0
+    for name, change, message in [
+        ("nfe", lambda r: r.update(nfe=5), f"{VFK} on arith: nfe"),
+        ("lossy", lambda r: r.update(output_ids=[9]), f"{VFK} on arith: verified output differs from NTP's"),
+    ]:
+        records = copy.deepcopy(verified_records())
+        change(next(r for r in records if r["config"] == VFK and r["task"] == "arith" and r["id"] == "2"))
+        capsys.readouterr()
+        assert main(["compare", str(baseline), str(crafted_run(tmp_path / name, records))]) == 1, name
+        assert f"REGRESSION: {message}" in capsys.readouterr().err

@@ -65,11 +65,16 @@ class DraftingLlama(ScriptedLlama):
 
 
 class TracingDecoder(Decoder):
-    """Records (cache length before, query tokens) of every forward."""
+    """Records (cache length before, query tokens) of every forward, and the text each one carries."""
 
     def forward(self, ids, positions, mask, cache, phase="decode"):
         self.trace.append((phase, cache.length, ids.shape[1]))
         return super().forward(ids, positions, mask, cache, phase)
+
+    def carry_step(self, pending, block, start, cache, key_pad=None):
+        if pending.shape[1]:
+            self.carried.append(self.lm.tokenizer.decode(pending[0]))
+        return super().carry_step(pending, block, start, cache, key_pad)
 
 
 def _scripted(path, text: str, wrong: dict[int, str], k: int = 4):
@@ -86,18 +91,20 @@ def _scripted(path, text: str, wrong: dict[int, str], k: int = 4):
 
 def _trace(lm, prompt, spec: str, k: int = 4, **kw):
     decoder = TracingDecoder(lm, block_size=k, **kw)
-    decoder.trace = []
+    decoder.trace, decoder.carried = [], []
     gen = decoder.generate(prompt, _spec(spec)[-1])
+    gen.carried = decoder.carried
     return gen, decoder.trace
 
 
 def test_accept_replace_and_rollback_one_forward_per_block(tiny_models):
-    lm, prompt = _scripted(tiny_models["llama"], "abcdefghij$", wrong={5: "X"})
+    # the block predicts 'Y' at index 4, a block's first position: NTP's token is taken there instead
+    lm, prompt = _scripted(tiny_models["llama"], "abcdefghij$", wrong={4: "Y", 5: "X"})
     P = len(prompt)
     gen, trace = _trace(lm, prompt, "fixed_k:k=4;verify=on", max_new_tokens=64)
     assert gen.output_text == "abcdefghij" and gen.stop_reason == "stop_token" and gen.tokens == 11
     # F1 carries the last prompt token: NTP's 'a' starts block 0, 'bcd' drafted. F2 carries 'abcd': all
-    # agree, NTP's 'e' starts block 1, 'Xgh' drafted. F3 carries 'eXgh': 'X' is replaced by NTP's 'f',
+    # agree, NTP's 'e' (not the block's 'Y') starts block 1, 'Xgh' drafted. F3 carries 'eXgh': 'X' is replaced by NTP's 'f',
     # 'gh' dropped and rolled back. F4 carries 'f': 'g' starts block 3, 'hij' drafted. F5 carries 'ghij':
     # all agree, NTP's '$' ends it.
     assert gen.nfe == 5 and gen.revealed_per_forward == [1, 4, 1, 1, 4]
@@ -108,6 +115,7 @@ def test_accept_replace_and_rollback_one_forward_per_block(tiny_models):
     # (cache length before, queries): the rejected 'Xgh' left nothing behind; F4 starts at P + 5
     assert trace == [("prefill", 0, P - 1), ("decode", P - 1, 5), ("decode", P, 8), ("decode", P + 4, 8),
                      ("decode", P + 5, 5), ("decode", P + 6, 8)]
+    assert gen.carried == [":", "abcd", "eXgh", "f", "ghij"]
 
 
 def test_a_drafted_stop_is_verified_before_it_stops(tiny_models):
@@ -122,6 +130,7 @@ def test_a_drafted_stop_is_verified_before_it_stops(tiny_models):
     assert gen.replaced_per_block == [1, 0, 0, 0] and gen.forwards_per_block == [1, 1, 1, 1]
     assert trace == [("prefill", 0, P - 1), ("decode", P - 1, 5), ("decode", P, 3), ("decode", P + 3, 5),
                      ("decode", P + 4, 3)]
+    assert gen.carried == [":", "abc", "d", "efg"]  # the final checks carry the drafts but the last
 
 
 def test_several_forwards_per_block_and_the_budget(tiny_models):
@@ -136,6 +145,7 @@ def test_several_forwards_per_block_and_the_budget(tiny_models):
     assert gen.accepted_per_block == [3, 1, 0] and gen.replaced_per_block == [0, 0, 0]
     assert trace == [("prefill", 0, P - 1), ("decode", P - 1, 5), ("decode", P, 4), ("decode", P, 4),
                      ("decode", P, 8), ("decode", P + 4, 1)]
+    assert gen.carried == [":", "abcd", "e"]
 
 
 def test_several_forwards_per_block_can_cost_more_forwards_than_ntp(tiny_models):

@@ -18,6 +18,10 @@ Solvers are batched (``select`` takes (B, k)): deterministic ones are called onc
 rows that have work. A solver that draws from ``view.generator`` (``deterministic = False``) is called
 row by row, each row with its own generator seeded like batch 1, so its draws match batch 1 too.
 
+Verify mode works the same way, block-synchronously: rows accept different numbers of drafts, so after
+each block's first forward every row keeps only its own accepted keys/values, moved to end at the shared
+end column again (``_realign``, ``cache.keep``); its left padding grows by what the others kept more.
+
 Timing: a row's ``prefill_time_s`` and ``decode_time_s`` are its 1/B share of its batch's times, so
 tokens / wall time over the records is the batch's throughput.
 """

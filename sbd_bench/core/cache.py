@@ -1,5 +1,6 @@
 """The KV cache of committed tokens: an explicit length, ``rollback`` to drop a block's
-keys/values after a forward, ``reset``, and the bytes per token for reports.
+keys/values after a forward, ``keep`` to drop different columns per row (batched verified decoding),
+``reset``, and the bytes per token for reports.
 
 Only causally computed keys/values are ever kept, so the cache is bit-for-bit what an NTP model holds.
 Two versions with the same methods:

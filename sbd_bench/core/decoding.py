@@ -9,6 +9,10 @@ that last token is carried causally in the first forward, exactly as a finished 
 forward after prefill yields generated tokens, NTP spends exactly one forward per token, and the
 first block after the prompt costs 1 + k query tokens like any other first forward.
 
+Verify mode (``--solver "name:...;verify=on"``, ``types.Verified``): any block solver drafts, and the
+core commits only what NTP's argmax, read from the same first forward, confirms; the output is NTP's
+(``_decode_verified``, ``verify_drafts``; README, 'Verified decoding').
+
 Every model call goes through ``Decoder.forward``: it is the one place NFE is counted.
 """
 from __future__ import annotations

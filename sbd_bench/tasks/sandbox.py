@@ -59,7 +59,6 @@ from pathlib import Path
 from typing import IO, Iterable
 
 from ..types import UsageError
-from .proxy import CandidateError, decode
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
@@ -68,9 +67,9 @@ NOBODY = 65534
 STATUSES = ("passed", "failed", "timed_out", "crashed")
 SETUP_FAILED = 125  # a side's status when it could not be set up (it says why on its setup pipe)
 FALLBACK_ENV = "SBD_SANDBOX_FALLBACK"  # =1: no private file system view, as on a kernel that refuses one
-_HERE = Path(__file__).parent
-_LAUNCHER = (_HERE / "launcher.py").read_text(encoding="utf-8")
-_RUNTIME = (_HERE / "proxy.py").read_text(encoding="utf-8")
+_INSIDE = Path(__file__).parent / "sandboxed"  # the code that runs inside, as text
+_LAUNCHER = (_INSIDE / "launcher.py").read_text(encoding="utf-8")
+_RUNTIME = (_INSIDE / "proxy.py").read_text(encoding="utf-8")
 # pivot_root(2) by number, where libc has no wrapper
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "ppc64": 203, "s390x": 217}
 _DEVICES = ("null", "zero", "full", "random", "urandom")
@@ -450,12 +449,9 @@ def _run_session(iso: Isolation, session: Session, limits: Limits) -> Outcome:
 
 
 def _verdict(data: bytes) -> dict | None:
-    """The judge's report ({"passed": bool, "detail": str}), or None if it wrote none (or garbage)."""
-    try:
-        verdict = decode(data) if data else None
-    except CandidateError:
-        return None
-    return verdict if isinstance(verdict, dict) else None
+    """The judge's report ("passed", or "failed" and a line saying why), or None if it wrote none."""
+    said, _, detail = data.decode("utf-8", "replace").partition("\n")
+    return {"passed": said == "passed", "detail": detail} if said in ("passed", "failed") else None
 
 
 def _outcome(code: int | None, timed_out: bool, stdout: str, stderr: str, seconds: float) -> Outcome:

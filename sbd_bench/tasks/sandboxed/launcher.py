@@ -170,8 +170,9 @@ def run_program(job, side, fds, setup_w):
                      fds["source"], fds.get("report"), setup_w])
         setup = 7
         drop_privileges(side)
-        if side["role"] == "judge":  # not even a process of the same uid may read its memory or open its fds
-            libc.prctl(PR_SET_DUMPABLE, 0)
+        # the judge stays undumpable (as we made every side): no process of its uid may trace it, read its
+        # memory or open its fds; the candidate's program is an ordinary process again
+        libc.prctl(PR_SET_DUMPABLE, int(side["role"] == "candidate"))
         os.chdir(side["cwd"])
         with os.fdopen(SOURCE, "rb") as handle:
             source = handle.read().decode("utf-8")
@@ -230,10 +231,12 @@ def start_side(job, side, fds, setup, exit_pipe):
         if flags:
             check(libc.unshare(flags), "unshare")
         if flags & CLONE_NEWUSER:  # not root: map our own uid/gid, or files cannot be made
+            libc.prctl(PR_SET_DUMPABLE, 1)  # else /proc/self/uid_map is root's, not ours to write
             uid, gid = os.getuid(), os.getgid()
             for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
                 with open("/proc/self/" + name, "w") as handle:
                     handle.write(text)
+            libc.prctl(PR_SET_DUMPABLE, 0)  # init and the judge inherit it: the candidate may not trace them
         if flags & CLONE_NEWNS:
             mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing we mount reaches the host
             if view:
@@ -282,7 +285,7 @@ def read_all(fd):
 
 def main():
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # if our caller dies, so do we (and all we started)
-    libc.prctl(PR_SET_DUMPABLE, 0)  # nor may a process of our uid read our memory (inherited by the sides)
+    libc.prctl(PR_SET_DUMPABLE, 0)  # no process of our uid may trace us or read our memory (the sides inherit it)
     with os.fdopen(int(sys.argv[1]), "rb") as handle:
         job = marshal.loads(handle.read())
     if os.getppid() != job["caller"]:

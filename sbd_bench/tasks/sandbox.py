@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import marshal
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -73,6 +74,10 @@ _RUNTIME = (_INSIDE / "proxy.py").read_text(encoding="utf-8")
 # pivot_root(2) by number, where libc has no wrapper
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "ppc64": 203, "s390x": 217}
 _DEVICES = ("null", "zero", "full", "random", "urandom")
+# modules the launcher imports once, before it forks a session's two sides, when both sides' programs
+# import them (HumanEval's prompts that import typing run on both sides): pure standard library only
+PRELOADABLE = frozenset({"typing", "math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string"})
+_IMPORT = re.compile(r"^(?:import|from)\s+([A-Za-z_]\w*)", re.M)
 
 
 class SandboxError(UsageError):
@@ -345,11 +350,11 @@ class _Run:
         self.files.append(files)
         return len(self.sides) - 1
 
-    def launch(self) -> tuple[list[dict] | None, bool, float]:
+    def launch(self, preload: Iterable[str] = ()) -> tuple[list[dict] | None, bool, float]:
         """Run the job; (per side {setup, status}, or None if the launcher said nothing; timed out; seconds)."""
         status = _temp(self.stack)
         job = _temp(self.stack, marshal.dumps({"sides": self.sides, "caller": os.getpid(), "runtime": _RUNTIME,
-                                               "status_fd": status.fileno()}))
+                                               "preload": sorted(preload), "status_fd": status.fileno()}))
         errors = _temp(self.stack)
         fds = [job.fileno(), status.fileno()] + [h.fileno() for files in self.files for h in files.values()]
         started = time.perf_counter()
@@ -429,7 +434,8 @@ def _run_session(iso: Isolation, session: Session, limits: Limits) -> Outcome:
         stack.callback(run.cleanup)
         judge = run.side("judge", session.judge)
         candidate = run.side("candidate", session.candidate)
-        report, timed_out, seconds = run.launch()
+        both = set(_IMPORT.findall(session.judge)) & set(_IMPORT.findall(session.candidate))
+        report, timed_out, seconds = run.launch(preload=both & PRELOADABLE)
         stdout, stderr = run.output(candidate, "stdout"), run.output(candidate, "stderr")
         run.files[judge]["report"].seek(0)
         verdict = _verdict(run.files[judge]["report"].read())

@@ -1,7 +1,8 @@
 """The sandbox's launcher. sandbox.py starts it as ``PYTHON -s -S -c <this file's text> JOB_FD``, as our own
 user, under the sandbox's interpreter; it is never imported. It reads the job (marshal) from the file
-JOB_FD, runs proxy.py's text (for the sessions' sides, which inherit it) and starts one process per side of the job: a program to run (``program``), or a judged session's
-``judge`` and ``candidate``, each alone in its own namespaces. For each side:
+JOB_FD and starts one process per side of the job: a program to run (``program``), or a judged
+session's ``judge`` and ``candidate``, each alone in its own namespaces. For a session it first runs
+proxy.py's text (both sides inherit the result). For each side:
 
   side root (forked from here): unshare the namespaces; build the file system view (a tmpfs with a
       size quota as the root, the interpreter, its shared libraries and the standard library bound in
@@ -18,8 +19,8 @@ Without a PID namespace the side root is the program. A side that cannot be set 
 setup pipe before anything untrusted runs and exits 125; the pipe is closed, empty, when the side starts
 its payload, so nothing the payload does can pass for a setup failure. When the job's main side (the
 judge, or the program) has ended, every other side is killed. Last, the launcher writes to the status
-file: per side, the setup error or "", and the wait status of its program (null: killed by us, still
-running). Everything dies with the launcher (parent-death signals all the way down).
+file (marshal): per side, the setup error or "", and the wait status of its program (None: killed by us,
+still running). Everything dies with the launcher (parent-death signals all the way down).
 
 Each session pays for what this file imports before it forks (and its sides for their imports): hence
 marshal rather than json (whose import pulls in re), and _signal rather than signal (enum).
@@ -34,7 +35,7 @@ import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 262144
 MNT_DETACH = 2
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
+CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 SETUP_FAILED = 125
 # the fds a side's program holds when its payload starts: stdin, stdout, stderr, then these
@@ -299,6 +300,8 @@ def main():
         site.setquit()
         site.setcopyright()
         site.sethelper()
+        for name in job["preload"]:  # modules both sides would import (HumanEval's prompts: typing): once here
+            __import__(name)
     peers = {}
     if len(job["sides"]) == 2:  # judge -> candidate, candidate -> judge
         to_candidate, to_judge = os.pipe(), os.pipe()

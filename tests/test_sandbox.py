@@ -377,3 +377,15 @@ def test_an_unprivileged_user_is_sandboxed_too():
     userns = shutil.which("unshare") and subprocess.run(["unshare", "-U", "-m", "-p", "-n", "-f", "true"], **as_nobody)
     if userns and userns.returncode == 0:  # the kernel lets unprivileged users have namespaces
         assert "file system=private view" in describe and seen == f"False {sandbox.NOBODY}"
+
+
+def test_without_any_namespace_the_judge_still_decides():
+    """The weakest platform (no namespaces, programs under our own uid): isolation is gone, but the
+    judge and the candidate are still two processes, and the verdict is still the judge's."""
+    bare = sandbox.Isolation(sys.executable, None, False, 0, False, False)
+    forged = Session("class E:\n    def __eq__(self, o):\n        return True\ndef f():\n    return E()\n",
+                     "assert f() == 1\n")
+    right = Session("import os\ndef f():\n    return os.getpid()\n", "import os\nassert f() != os.getpid()\n")
+    assert "file system=the host's" in bare.describe() and "pid namespace=no" in bare.describe()
+    assert sandbox._run_session(bare, forged, FAST).status == "failed"
+    assert sandbox._run_session(bare, right, FAST).passed

@@ -228,6 +228,16 @@ def test_count_bins():
     assert report.count_bins(32, False)[-1] == (17, 32, "17–32")
 
 
+def test_bin_colours_are_clearly_apart_for_a_whole_block():
+    from matplotlib.colors import to_rgb
+
+    for bins in (report.count_bins(16, with_zero=True), report.count_bins(128, with_zero=False)):
+        colours = [to_rgb(c) for c in report.bin_colors(bins)]
+        for i, a in enumerate(colours):  # 1 and 2 (and every other pair) must not look alike
+            for b in colours[i + 1:]:
+                assert sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5 > 0.25, (a, b)
+
+
 # ------------------------------------------------------------------------------- report.md, read
 def tables(text: str) -> list[list[list[str]]]:
     """Every Markdown table of a text: rows of cells, the header first, the |---| line dropped."""

@@ -317,8 +317,8 @@ def count_bins(top: int, with_zero: bool) -> list[tuple[int, int, str]]:
     return bins
 
 
-# Paul Tol's "bright" scheme (distinct for colour-blind readers too), then tab10's remaining hues
-BIN_COLORS = ("#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#8C564B", "#17BECF", "#BCBD22")
+# Paul Tol's "bright" scheme (distinct for colour-blind readers too), then ochre, teal and near-black
+BIN_COLORS = ("#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#997700", "#17BECF", "#222222")
 
 
 def bin_colors(bins: list[tuple[int, int, str]]) -> list[str]:

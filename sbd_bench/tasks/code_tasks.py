@@ -73,6 +73,7 @@ class CodeTask(BenchmarkTask):
         return extract_code(answer_text, example.meta.get("entry_point"))
 
     def tests(self, example: Example, code: str) -> list[Test]:
+        """The example's tests of ``code``: judged sessions, or programs whose output is compared."""
         raise NotImplementedError
 
     def judge(self, example: Example, answer_text: str) -> tuple[bool, dict]:

@@ -35,6 +35,8 @@ from ..core.fastpath import FastPath
 from ..core.model import MODELS_DIR, LoadedModel, folder_hash, load_model
 from ..registry import parse_solver_spec, solver_registry
 from ..tasks import load_task
+from ..tasks.code_tasks import CodeTask
+from ..tasks.sandbox import isolation
 from ..types import SCHEMA_VERSION, Example, Solver, Task, UsageError
 from .batches import batched_records, warm_up_batches
 from .costcurve import measure_cost_curve
@@ -205,6 +207,8 @@ def run(cfg: RunConfig, progress=None, resume: bool = False) -> Path:
         work = work[rank::world]
     out, summary = _open_run_folder(cfg, resume)
     prov = provenance(cfg, lm)
+    if any(isinstance(task, CodeTask) for task in tasks):  # how the generated code was isolated when judged
+        prov["sandbox"] = isolation().describe()
     if summary is None:
         summary = {"schema_version": SCHEMA_VERSION, "complete": False, "provenance": prov, "rows": [],
                    "failures": [], "cost_curve": None}

@@ -280,7 +280,7 @@ def test_a_plugin_gets_verify_without_code(tmp_path, lm):
 
 
 def test_a_solver_parameter_named_verify_is_refused(tmp_path):
-    (tmp_path / "clash.py").write_text(PLUGIN.format(cls="Clash", name="clash", field="verify: bool = False"))
+    (tmp_path / "own_verify.py").write_text(PLUGIN.format(cls="OwnVerify", name="own_verify", field="verify: bool = False"))
     with pytest.raises(RegistryError, match="has a parameter named 'verify'.*rename it"):
         solver_registry([tmp_path])
 

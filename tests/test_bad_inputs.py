@@ -60,6 +60,9 @@ def w(tmp_path_factory) -> dict:
         paths[name] = root / f"{name}.jsonl"
     (root / "a_file").write_text("not a folder\n")
     paths["a_file"] = root / "a_file"
+    paths["broken_model"] = root / "broken_model"
+    paths["broken_model"].mkdir()
+    (paths["broken_model"] / "config.json").write_text('{"model_type": "no_such_architecture"}')
     paths["good_run"] = crafted_run(root / "good_run", standard_records(n=2))
     for field, value in (("nfe", "many"), ("tokens", None), ("correct", "yes")):
         paths[f"run_{field}"] = damaged_run(root / f"run_{field}", 3, value, field)
@@ -80,10 +83,13 @@ CASES = {
     "training file not UTF-8": ("train --data {train_not_utf8} --out {root}/t1", "train_not_utf8.jsonl:1: not UTF-8"),
     "--device tpu": ("run --device tpu", "unknown --device 'tpu'"),
     "train --device tpu": ("train --device tpu --out {root}/t2", "unknown --device 'tpu'"),
-    "run --out a file": ("run --out {a_file}", "is a file, not a folder"),
-    "run --out under a file": ("run --out {a_file}/run", "which is a file"),
-    "run --out under /proc": ("run --out /proc/sbd-bench-run", "cannot write to --out /proc/sbd-bench-run"),
-    "run --out unwritable": ("run --out {unwritable}/run", "cannot write to --out"),
+    # a model that cannot load: the --out checks must come first (before any model loads)
+    "run --out a file": ("run --model {broken_model} --out {a_file}", "is a file, not a folder"),
+    "run --out under a file": ("run --model {broken_model} --out {a_file}/run", "which is a file"),
+    "run --out under /proc": ("run --model {broken_model} --out /proc/sbd-bench-run",
+                              "cannot write to --out /proc/sbd-bench-run"),
+    "run --out unwritable": ("run --model {broken_model} --out {unwritable}/run", "cannot write to --out"),
+    "a model that cannot load (the control)": ("run --model {broken_model} --out {root}/r1", "broken_model"),
     "report --out a file": ("report {good_run} --out {a_file}", "is a file, not a folder"),
     "train --out a file": ("train --out {a_file}", "is a file, not a folder"),
     "train --out under a file": ("train --out {a_file}/model", "which is a file"),
@@ -138,8 +144,8 @@ def test_bad_input_is_one_line_and_changes_nothing(case, w, tmp_path):
     if holder:
         assert f"pid {os.getpid()}" in err[0] and "the test's own run" in err[0]
     assert not (tmp_path / "runs").exists()  # no run folder started in the working folder
-    for name in ("t1", "t2", "t3", "t4"):
-        assert not (w["root"] / name).exists()  # a refused `train` leaves no output folder behind
+    for name in ("t1", "t2", "t3", "t4", "r1"):
+        assert not (w["root"] / name).exists()  # a refused `train` or `run` leaves no output folder behind
     assert {p: snapshot(p) for p in folders} == before  # every run folder exactly as it was
 
 

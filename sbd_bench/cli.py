@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import sys
 import time
 from collections import Counter
@@ -55,8 +56,14 @@ class ProgressBar:
         if self.stream.isatty() and done < total:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=done, file=self.stream, unit="sample", smoothing=0,
-                            dynamic_ncols=True, desc="decoding")
+            try:  # a terminal that reports no size (a bare pty) gets $COLUMNS x $LINES or 80 x 24: tqdm
+                sized = min(os.get_terminal_size(self.stream.fileno())) > 0  # would draw nothing at all
+            except (AttributeError, OSError, ValueError):
+                sized = False
+            fallback = shutil.get_terminal_size()
+            self.bar = tqdm(total=total, initial=done, file=self.stream, unit="sample", smoothing=0, desc="decoding",
+                            dynamic_ncols=sized, ncols=None if sized else fallback.columns,
+                            nrows=None if sized else fallback.lines)
 
     def update(self, record: dict) -> None:
         self.done += 1

@@ -177,6 +177,23 @@ def test_progress_bar_on_a_terminal_prints_messages_above_it_uncut():
     assert "4/4" in text and "decoding" in text and "\r" in text  # a tqdm bar, redrawn in place
 
 
+def test_progress_bar_is_drawn_on_a_terminal_that_reports_no_size(monkeypatch):
+    """A fresh pseudo-terminal reports 0 x 0: tqdm then computes -1 rows and drew nothing at all."""
+    master, slave = os.openpty()
+    terminal = os.fdopen(slave, "w", encoding="utf-8")
+    monkeypatch.setattr(sys, "stderr", terminal)  # tqdm measures only the real stderr/stdout
+    bar = ProgressBar()
+    bar.start(total=2, done=0)
+    bar.update(record("ntp", id="a"))
+    bar.update(record("ntp", id="b"))
+    bar.close()
+    terminal.flush()
+    drawn = os.read(master, 65536).decode("utf-8", "replace")
+    terminal.close()
+    os.close(master)
+    assert "decoding" in drawn and "2/2" in drawn and "mini/b ntp" in drawn, drawn
+
+
 def test_progress_in_a_log_is_sparse_and_uncut():
     stream = io.StringIO()
     bar = ProgressBar(stream)

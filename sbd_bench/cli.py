@@ -151,7 +151,8 @@ def _interrupted(out, progress: ProgressBar) -> int:
         print(f"\ninterrupted: the samples finished so far are kept in {out}; finish the run with\n"
               f"  python -m sbd_bench run --resume {shlex.quote(str(out))}", file=sys.stderr)
     else:
-        print("\ninterrupted before the first sample: nothing was written", file=sys.stderr)
+        print(f"\ninterrupted before {out} held a summary: there is nothing to resume; start the run again",
+              file=sys.stderr)
     return EXIT_INTERRUPTED
 
 

@@ -270,3 +270,15 @@ def test_readme_commands_write_under_runs():
     commands = re.findall(r"python -m sbd_bench (?:run|throughput|train)\b[^\n]*", readme)
     assert commands and all("--out results/" not in c for c in commands), \
         [c for c in commands if "--out results/" in c]
+
+
+def test_throughput_writes_under_runs_by_default(tiny_models, tasks_file, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["throughput", "--model", str(tiny_models["llama"]), "--task", str(tasks_file), "--solver", "fixed_k",
+                 "--batch-sizes", "1", "--limit", "1", "--block-size", "4", "--max-new-tokens", "4",
+                 "--device", "cpu"]) == 0
+    written = list((tmp_path / "runs").glob("throughput-*.json"))
+    assert len(written) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["mini.jsonl", "runs"]
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["out"] == str(written[0].relative_to(tmp_path))
+    result = json.loads(written[0].read_text())
+    assert result["threads"] == 1 and result["threads_chosen"].startswith("auto: 1 for a model of")

@@ -157,7 +157,7 @@ def provenance_lines(summary: dict) -> list[str]:
     p = summary.get("provenance") or {}
     keys = ("command", "git_commit", "git_dirty", "model_path", "model_hash", "device", "device_name", "gpu_name",
             "driver_version", "cuda", "cpu", "threads", "dtype", "attn_implementation", "torch", "transformers",
-            "seed", "started")
+            "seed", "sandbox", "started")
     return [f"- {k}: `{p.get(k)}`" for k in keys if p.get(k) is not None]
 
 

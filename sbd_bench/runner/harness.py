@@ -36,6 +36,8 @@ from ..core.fastpath import FastPath
 from ..core.model import MODELS_DIR, LoadedModel, folder_hash, load_model
 from ..registry import parse_solver_spec, solver_registry
 from ..tasks import load_task
+from ..tasks.code_tasks import CodeTask
+from ..tasks.sandbox import isolation
 from ..types import SCHEMA_VERSION, Example, Solver, Task, UsageError
 from .batches import batched_records, warm_up_batches
 from .costcurve import measure_cost_curve
@@ -277,6 +279,8 @@ def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list
         work = work[rank::world]
     planned = plan_samples(work, solvers, cfg.repeats)
     prov = provenance(cfg, lm, threads_chosen)
+    if any(isinstance(task, CodeTask) for task in tasks):  # how the generated code was isolated when judged
+        prov["sandbox"] = isolation().describe()
     resumption = {**{k: prov[k] for k in ("command", "git_commit", "started", "threads", "threads_chosen")},
                   "records_kept": len(kept)}
     if summary is None:

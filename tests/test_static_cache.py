@@ -86,14 +86,15 @@ def test_fast_decoder_decodes_like_the_reference(lm):
 
 
 def test_fast_path_reuses_one_cache_per_batch_size(lm):
-    from sbd_bench.core.fastpath import CAPACITY_STEP, FastPath
+    from sbd_bench.core.fastpath import CAPACITY_MIN, FastPath
 
     path = FastPath.for_model(lm)
     assert FastPath.for_model(lm) is path  # one per model: caches outlive each Decoder
     first = path.cache(2, 10)
-    assert first.capacity == CAPACITY_STEP and path.cache(2, 100) is first and first.length == 0
-    bigger = path.cache(2, CAPACITY_STEP + 1)
-    assert bigger is not first and bigger.capacity == 2 * CAPACITY_STEP
+    assert first.capacity == CAPACITY_MIN and path.cache(2, 100) is first and first.length == 0
+    bigger = path.cache(2, CAPACITY_MIN + 1)  # powers of two: few reallocations, few recompiles
+    assert bigger is not first and bigger.capacity == 2 * CAPACITY_MIN
+    assert path.cache(2, 4 * CAPACITY_MIN).capacity == 4 * CAPACITY_MIN
     assert path.cache(3, 10) is not bigger
     FastPath.release(lm)  # after an out-of-memory: the buffers go, the next batch allocates its own
     assert path.cache(2, 10) is not bigger

@@ -29,7 +29,7 @@ import torch
 
 from ..types import BlockView, Generation, Solver
 from .decoding import Counters, DecodeError, Decoder, _check_reveal, _clock
-from .masks import attention_mask
+from .masks import Pattern
 
 
 @dataclass
@@ -87,8 +87,8 @@ class BatchDecoder:
 
         t0 = _clock(device)
         if longest > 1:  # 1. prefill all but the last prompt column, causally, padding hidden
-            mask = attention_mask(0, longest - 1, 0, lm.dtype, device, self.prompt_pad[:, :-1])
-            d.forward(ids[:, :-1], positions[:, :-1], mask, cache, phase="prefill")
+            d.forward(ids[:, :-1], positions[:, :-1], Pattern(longest - 1, 0, self.prompt_pad[:, :-1]), cache,
+                      phase="prefill", keep=1)
             self.committed = longest - 1
         t1 = _clock(device)
         if solver.decodes_blocks:  # 2. decode

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from ..types import BlockView, Generation, Solver, UsageError
-from .cache import KVCache
-from .masks import attention_mask
+from .cache import KVCache, StaticKVCache
+from .fastpath import keeps_logits, static_forward
+from .masks import Pattern
 from .model import LoadedModel
 
 
@@ -40,7 +41,8 @@ class Counters:
 
 class Decoder:
     def __init__(self, lm: LoadedModel, block_size: int = 16, max_new_tokens: int = 256,
-                 stop_strings: tuple[str, ...] = (), seed: int = 0, fast: bool = False):
+                 stop_strings: tuple[str, ...] = (), seed: int = 0, fast: bool = False,
+                 compile: bool | None = None):
         if block_size < 1:
             raise DecodeError(f"--block-size must be >= 1 (got {block_size})")
         if max_new_tokens < 1:
@@ -49,12 +51,13 @@ class Decoder:
         self.stop_strings = tuple(s for s in stop_strings if s)
         self.seed = seed
         self.counters = Counters()
-        # fast: a preallocated cache, and CUDA graphs of the decode forwards on CUDA (fastpath.py)
+        # fast: a preallocated cache, and compiled CUDA graphs of the decode forwards on CUDA (fastpath.py);
+        # compile: None = with the graphs, True/False = asked for (on CPU too) or not
         self.fast = None
         if fast:
             from .fastpath import FastPath
 
-            self.fast = FastPath.for_model(lm)
+            self.fast = FastPath.for_model(lm, compile)
 
     def new_cache(self, batch: int, positions: int):
         """An empty cache for ``batch`` rows that will hold at most ``positions`` columns."""
@@ -64,20 +67,26 @@ class Decoder:
 
     # ------------------------------------------------------------------------- the one model call
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
-                cache: KVCache, phase: str = "decode") -> torch.Tensor:
-        """ids, positions (B, Q) -> float32 logits (B, Q, V). Appends Q positions to ``cache``."""
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, pattern: Pattern | None, cache: KVCache,
+                phase: str = "decode", keep: int = 0) -> torch.Tensor:
+        """ids, positions (B, Q) -> float32 logits (B, keep, V) of the last ``keep`` queries (0: all Q),
+        the only ones the core reads. Appends Q positions to ``cache``; ``pattern`` None: Q causal queries."""
         if phase == "prefill":
             self.counters.prefill_forwards += 1
         else:
             self.counters.nfe += 1
-        mask = cache.fit_mask(mask, ids.shape[1])  # a preallocated cache needs its full width
-        if self.fast is not None and phase != "prefill":
-            logits = self.fast.forward(ids, positions, mask, cache).float()
+        if isinstance(cache, StaticKVCache):  # the mask is built from the pattern, inside the graph on CUDA
+            if self.fast is not None and phase != "prefill":
+                logits = self.fast.forward(ids, positions, pattern, cache, keep)
+            else:
+                logits = static_forward(self.lm, cache, ids, positions, pattern, keep)
         else:
-            out = self.lm.model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                                cache=cache.hf, use_cache=True)
-            logits = out.logits.float()
+            mask = None if pattern is None else pattern.mask(cache.length, self.lm.dtype, ids.device)
+            model, extra = self.lm.model, {"logits_to_keep": keep} if keeps_logits(self.lm.model) else {}
+            out = model(input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache.hf, use_cache=True,
+                        **extra)
+            logits = (out.logits if extra or not keep else out.logits[:, -keep:]).float()
+        cache.advance(ids.shape[1])
         if self.lm.mask_token_id >= 0:
             logits[..., self.lm.mask_token_id] = float("-inf")  # the mask token is never emitted
         return logits
@@ -87,17 +96,15 @@ class Decoder:
         """Cache the prompt (1, P), causally. Its logits are not needed (see the module docstring)."""
         if prompt.shape[1]:
             positions = torch.arange(prompt.shape[1], device=prompt.device)[None]
-            self.forward(prompt, positions, None, cache, phase="prefill")
+            self.forward(prompt, positions, None, cache, phase="prefill", keep=1)
 
     def ntp_step(self, token: torch.Tensor, position: int | torch.Tensor, cache: KVCache,
                  key_pad: torch.Tensor | None = None) -> torch.Tensor:
         """Feed one committed token (B, 1) causally; keep its KV; return next-token logits (B, V).
         ``position``: an int, or (B, 1) per row; ``key_pad``: see ``attention_mask``."""
         positions = torch.full_like(token, position) if isinstance(position, int) else position
-        if key_pad is None:  # one query sees the whole cache: no mask
-            return self.forward(token, positions, None, cache)[:, -1]
-        mask = attention_mask(cache.length, 1, 0, self.lm.dtype, token.device, key_pad)
-        return self.forward(token, positions, mask, cache)[:, -1]
+        pattern = None if key_pad is None else Pattern(1, 0, key_pad)  # None: it sees the whole cache
+        return self.forward(token, positions, pattern, cache, keep=1)[:, -1]
 
     def block_step(self, pending: torch.Tensor, block: torch.Tensor, start: int | torch.Tensor, cache: KVCache,
                    key_pad: torch.Tensor | None = None) -> torch.Tensor:
@@ -114,10 +121,9 @@ class Decoder:
             positions = start.to(block.device)[:, None] + offsets  # (B, n + k)
         if self.lm.max_positions is not None:  # only idle slots of a batched row can pass the end
             positions = positions.clamp_max(self.lm.max_positions - 1)
-        mask = attention_mask(cache.length, n, k, self.lm.dtype, block.device, key_pad)
-        logits = self.forward(ids, positions, mask, cache)
+        logits = self.forward(ids, positions, Pattern(n, k, key_pad), cache, keep=k)
         cache.rollback(k)
-        return logits[:, n:]
+        return logits
 
     # -------------------------------------------------------------------------------- the loop
     def generate(self, prompt_ids: list[int], solver: Solver) -> Generation:

@@ -13,7 +13,7 @@ import torch
 
 from ..core.cache import KVCache
 from ..core.decoding import Decoder, _clock
-from ..core.masks import attention_mask
+from ..core.masks import Pattern
 
 
 def measure_cost_curve(lm, block_size: int, context: int, reps: int = 30, warmup: int = 3,
@@ -40,9 +40,8 @@ def measure_cost_curve(lm, block_size: int, context: int, reps: int = 30, warmup
         for q, n_causal in shapes.items():
             ids = torch.randint(0, vocab, (1, q), generator=gen).to(device)
             positions = torch.arange(context, context + q, device=device)[None]
-            mask = attention_mask(cache.length, n_causal, q - n_causal, lm.dtype, device)
-            start = _clock(device)
-            decoder.forward(ids, positions, mask, cache)
+            start = _clock(device)  # the logits the core reads: the block's, or the one next token
+            decoder.forward(ids, positions, Pattern(n_causal, q - n_causal), cache, keep=max(1, q - n_causal))
             elapsed = _clock(device) - start
             cache.rollback(q)
             if rep >= warmup:

@@ -77,7 +77,7 @@ class StaticKVCache:
         self.dtype, self.device = dtype, torch.device(device)  # the model's: for masks built here
         self.hf = StaticCache(config=config, max_cache_len=capacity)
         self.length = 0  # host copy of every layer's write position (``position`` on the device)
-        self._hidden: torch.Tensor | None = None  # (B, capacity) key padding, see ``hidden_columns``
+        self._hidden: dict[bool, torch.Tensor] = {}  # (B, capacity) key padding, see ``hidden_columns``
 
     @property
     def initialized(self) -> bool:
@@ -128,14 +128,18 @@ class StaticKVCache:
         return [layer.cumulative_length for layer in self.hf.layers]
 
     @torch.inference_mode()
-    def hidden_columns(self, key_pad: torch.Tensor) -> torch.Tensor:
-        """``key_pad`` (B, W) copied into the first W columns of a (B, capacity) buffer whose address
-        never changes (a CUDA graph reads it); columns past W are never looked at (``static_mask``)."""
-        batch, width = key_pad.shape
-        if self._hidden is None or self._hidden.shape[0] != batch:
-            self._hidden = torch.zeros(batch, self.capacity, dtype=torch.bool, device=self.device)
-        self._hidden[:, :width].copy_(key_pad)
-        return self._hidden
+    def hidden_columns(self, key_pad: torch.Tensor | None, batch: int) -> torch.Tensor:
+        """(B, capacity) bool, True on the columns no query of the row may see: ``key_pad`` (B, W)
+        copied into the first W columns of a buffer whose address never changes (a CUDA graph reads
+        it); for ``None``, another buffer that stays all False. Columns past W are never looked at
+        (``static_mask``)."""
+        buffer = self._hidden.get(key_pad is None)
+        if buffer is None or buffer.shape[0] != batch:
+            buffer = self._hidden[key_pad is None] = torch.zeros(batch, self.capacity, dtype=torch.bool,
+                                                                 device=self.device)
+        if key_pad is not None:
+            buffer[:, : key_pad.shape[1]].copy_(key_pad)
+        return buffer
 
     def bytes_per_token(self, dtype: torch.dtype) -> int:
         return kv_bytes_per_token(self.config, dtype)

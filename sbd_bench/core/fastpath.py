@@ -35,6 +35,7 @@ from .masks import Pattern, static_mask
 
 _BY_MODEL: "weakref.WeakKeyDictionary[torch.nn.Module, FastPath]" = weakref.WeakKeyDictionary()
 CAPACITY_MIN = 256  # capacities are powers of two from here: nearby prompt lengths share one cache
+AS_BEFORE = object()  # FastPath.for_model: keep the model's path as it is
 PACKED_ATTENTION = "sbd_packed_sdpa"  # the name under which transformers' AttentionInterface knows ours
 
 
@@ -43,8 +44,8 @@ class FastPath:
         self.lm = lm
         self.static = _plain_static_layers(lm.model.config)
         self.use_graphs = lm.device.type == "cuda" and self.static
-        self.compile_asked = compile
-        self.use_compile = self.static and (self.use_graphs if compile is None else compile)
+        self.compile_asked = self.use_graphs if compile is None else bool(compile)  # None: with the graphs
+        self.use_compile = self.static and self.compile_asked
         self._reason = ""  # why the path runs slower than asked, if it does
         self.warmup_s = 0.0  # seconds spent compiling and capturing graphs (and their warm-up forwards)
         self.captures = 0
@@ -72,13 +73,14 @@ class FastPath:
         return f"{way} ({reason})" if reason else way
 
     @classmethod
-    def for_model(cls, lm, compile: bool | None = None) -> "FastPath":
+    def for_model(cls, lm, compile=AS_BEFORE) -> "FastPath":
         """One per model, so caches, graphs and compiled code survive from one prompt (one Decoder) and
-        one solver configuration to the next. ``compile``: None = on with CUDA graphs, off on CPU."""
+        one solver configuration to the next. ``compile``: None = on with CUDA graphs, off on CPU; a
+        model's path asked for with another setting starts afresh; AS_BEFORE keeps what it has."""
         path = _BY_MODEL.get(lm.model)
         if path is None:
-            path = _BY_MODEL[lm.model] = cls(lm, compile)
-        elif compile != path.compile_asked:  # asked differently: the graphs captured so far do not say
+            path = _BY_MODEL[lm.model] = cls(lm, None if compile is AS_BEFORE else compile)
+        elif compile is not AS_BEFORE and (path.use_graphs if compile is None else bool(compile)) != path.compile_asked:
             path.__init__(lm, compile)
         return path
 
@@ -114,12 +116,12 @@ class FastPath:
         batch, q = ids.shape
         cache.check_room(q)
         pattern = pattern or Pattern(q)
-        hidden = None if pattern.key_pad is None else cache.hidden_columns(pattern.key_pad)
+        hidden = cache.hidden_columns(pattern.key_pad, batch)  # (B, capacity): one compiled variant for both
         rows = self._constant("rows", pattern.n_causal, q)
         kept = self._constant("keep", q, keep or q)
         packed = torch.stack([ids, positions.expand(batch, q), rows.expand(batch, q)])  # (3, B, Q): one input
         # batch first in the key: a reallocated cache drops the graphs of its batch size (cache())
-        key = (batch, q, pattern.n_causal, kept.shape[0], hidden is None, id(cache))
+        key = (batch, q, pattern.n_causal, kept.shape[0], pattern.key_pad is None, id(cache))
         if self.use_graphs and cache.initialized:  # the first forward allocates the buffers: eager
             graph = self._graphs.get(key) or self._capture(key, cache, packed, hidden, kept)
             if graph is not None:
@@ -144,7 +146,7 @@ class FastPath:
 
     def _call(self, step, cache, packed, hidden, kept) -> torch.Tensor:
         if step is not _step:
-            _mark_query_axis_dynamic(packed, kept)
+            _mark_dynamic_axes(packed, kept, hidden, cache)
         with attention_for_static_cache(self.lm.model):
             return step(self.lm.model, cache.hf, packed, hidden, kept, self.lm.dtype, keeps_logits(self.lm.model))
 
@@ -198,7 +200,7 @@ def static_forward(lm, cache: StaticKVCache, ids: torch.Tensor, positions: torch
     batch, q = ids.shape
     cache.check_room(q)
     pattern = pattern or Pattern(q)
-    hidden = None if pattern.key_pad is None else cache.hidden_columns(pattern.key_pad)
+    hidden = None if pattern.key_pad is None else cache.hidden_columns(pattern.key_pad, batch)
     rows = pattern.causal_rows(ids.device).long()
     kept = torch.arange(q - (keep or q), q, device=ids.device)
     packed = torch.stack([ids, positions.expand(batch, q), rows.expand(batch, q)])
@@ -298,10 +300,12 @@ def packed_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0,
     transformers' sdpa copies them rep times (``repeat_kv``) whenever a mask is given. The additive
     mask (B, 1, Q, C) is shared by all heads; row r * Q + q of a packed head is query q of head r."""
     batch, heads, q, dim = query.shape
-    rep = heads // key.shape[1]
-    if rep > 1:
-        query = query.reshape(batch, key.shape[1], rep * q, dim)
-        attention_mask = attention_mask.expand(batch, rep, q, attention_mask.shape[-1]).reshape(batch, 1, rep * q, -1)
+    kv_heads, columns = key.shape[1], key.shape[2]
+    rep = heads // kv_heads
+    if rep > 1:  # sizes spelt out: a -1 beside the compiled, unknown Q would need a guard on Q
+        query = query.reshape(batch, kv_heads, rep * q, dim)
+        attention_mask = attention_mask.expand(batch, rep, q, columns).reshape(batch, 1, rep * q, columns)
+    torch._check(q > 0)  # compiled with an unknown Q, sdpa's shape checks would otherwise stop the graph
     out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
                                                            dropout_p=dropout, scale=scaling)
     return out.reshape(batch, heads, q, dim).transpose(1, 2).contiguous(), None  # (B, Q, Hq, D)
@@ -324,16 +328,27 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def _mark_query_axis_dynamic(packed: torch.Tensor, kept: torch.Tensor) -> None:
-    """Compile the query axis (and the kept positions) as sizes unknown at compile time: one compiled
-    function then serves Q = 1 (NTP) and every block shape, where a static or an ordinary dynamic size
-    (specialised at 1) would compile two or more times, about a minute each for an 8B model."""
+def _mark_dynamic_axes(packed: torch.Tensor, kept: torch.Tensor, hidden: torch.Tensor, cache) -> None:
+    """Compile the sizes that vary within a run as symbols, so that it compiles about a minute (8B model)
+    once per batch-size class (1, or more) instead of once per shape. The query axis (and the kept
+    positions) as sizes unknown at compile time: one compiled function serves Q = 1 (NTP) and every
+    block shape, where an ordinary dynamic size is specialised at 1. The capacity (a prompt longer than
+    any before reallocates the cache) and a batch size above 1 as dynamic sizes."""
     try:
         from torch._dynamo.decorators import mark_unbacked
     except ImportError:  # an older torch: a dynamic size (recompiles once for Q = 1)
         from torch._dynamo import mark_dynamic as mark_unbacked
+    from torch._dynamo import maybe_mark_dynamic
+
     mark_unbacked(packed, 2)
     mark_unbacked(kept, 0)
+    buffers = [hidden] + [t for layer in cache.hf.layers for t in (layer.keys, layer.values)]
+    for tensor in buffers:  # hidden (B, C); keys, values (B, H, C, D)
+        maybe_mark_dynamic(tensor, 1 if tensor is hidden else 2)
+    if packed.shape[1] > 1:
+        maybe_mark_dynamic(packed, 1)
+        for tensor in buffers:
+            maybe_mark_dynamic(tensor, 0)
 
 
 _KEEPS_LOGITS: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDictionary()

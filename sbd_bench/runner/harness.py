@@ -246,8 +246,10 @@ def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progr
                          f"{record['task']}/{record['id']} {record['config']}{status}")
     finally:
         writer.close()
-        if use_fast_path(cfg, lm):  # which way the forwards ran (CUDA graphs, or why not)
-            summary["provenance"]["fast_path"] = FastPath.for_model(lm).status
+        if use_fast_path(cfg, lm):  # which way the forwards ran (compiled CUDA graphs, or why not), and
+            path = FastPath.for_model(lm, cfg.compile)  # what compiling and capturing cost (warm-up)
+            summary["provenance"].update(fast_path=path.status, fast_path_warmup_s=round(path.warmup_s, 3),
+                                         fast_path_graphs=path.captures)
         write_summary(out, summary, total)
 
 

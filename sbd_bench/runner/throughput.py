@@ -120,7 +120,8 @@ def cmd_throughput(args) -> int:
     solvers = parse_solver_spec(args.solver, solver_registry(args.plugins))
     task = load_task(expand_tasks(args.task)[0])
     cfg = RunConfig(model=args.model, block_size=args.block_size, max_new_tokens=args.max_new_tokens,
-                    seed=args.seed, device=args.device, dtype=args.dtype, fast=args.fast, cost_curve=False)
+                    seed=args.seed, device=args.device, dtype=args.dtype, fast=args.fast,
+                    compile=args.compile, cost_curve=False)
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
     prompts = [task.encode(e, lm.tokenizer) for e in task.examples("test")[: args.limit]]
     rows = sweep(lm, task, prompts, solvers, sizes, cfg, report=lambda line: print(line, file=sys.stderr),
@@ -162,6 +163,7 @@ def add_cli(subparsers) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1: steadier on a shared machine)")
     p.add_argument("--repeats", type=int, default=1, help="timed passes per point; the median is reported")
     p.add_argument("--plugins", action="append", default=[], metavar="DIR")

@@ -178,7 +178,7 @@ class Decoder:
             size = k if lm.max_positions is None else min(k, lm.max_positions - start)
             block = torch.full((1, size), lm.mask_token_id, dtype=torch.long, device=device)
             masked = torch.ones(1, size, dtype=torch.bool, device=device)
-            reveal_step = torch.full((size,), -1, dtype=torch.long)
+            reveal_step = [-1] * size  # the forward that revealed each slot; -1: still masked (host side)
             step, cut, reason = 0, None, ""
             while cut is None:
                 if step == 0:  # first forward: the finished block (or last prompt token) is committed now
@@ -187,18 +187,19 @@ class Decoder:
                     logits = self.block_step(block[:, :0], block, start, cache)
                 view = BlockView(logits=logits, masked=masked.clone(), step=step, generator=generator)
                 chosen = solver.select(view)
-                _check_reveal(solver, chosen, masked)
+                _check_shape(solver, chosen, masked)
                 block = torch.where(chosen, view.tokens, block)
                 masked &= ~chosen
-                reveal_step[chosen[0].cpu()] = step
+                tokens, picked = to_host(block, chosen)  # the forward's one device synchronisation
+                _check_reveal(solver, picked, [[s < 0 for s in reveal_step]])
+                reveal_step = [step if c else s for s, c in zip(reveal_step, picked[0])]
                 step += 1
-                filled = int(masked[0].long().argmax()) if masked.any() else size  # contiguous prefix
-                cut, reason = self._stop(out + block[0, :filled].tolist(), len(out) + filled, budget,
-                                         block_done=not masked.any(), first_new=len(out))
+                filled = next((i for i, s in enumerate(reveal_step) if s < 0), size)  # contiguous prefix
+                cut, reason = self._stop(out + tokens[0][:filled], len(out) + filled, budget,
+                                         block_done=min(reveal_step) >= 0, first_new=len(out))
             kept = max(0, cut - len(out))
-            out += block[0, :kept].tolist()
-            counts = torch.bincount(reveal_step[:kept], minlength=step) if kept else torch.zeros(step, dtype=torch.long)
-            revealed += counts.tolist()
+            out += tokens[0][:kept]
+            revealed += [reveal_step[:kept].count(s) for s in range(step)]
             per_block.append(step)
             if reason != "block_done":
                 return out[:cut], reason, revealed, per_block
@@ -257,14 +258,27 @@ class Decoder:
         return text
 
 
-def _check_reveal(solver: Solver, chosen: torch.Tensor, masked: torch.Tensor) -> None:
+def to_host(block: torch.Tensor, chosen: torch.Tensor) -> tuple[list[list[int]], list[list[bool]]]:
+    """The block's tokens and the solver's choice (B, k) as lists, in one device-to-host copy: the
+    only synchronisation of a block forward; the bookkeeping after it runs on the host."""
+    both = torch.cat([block, chosen.long()], dim=-1).tolist()
+    k = block.shape[-1]
+    return [row[:k] for row in both], [[bool(c) for c in row[k:]] for row in both]
+
+
+def _check_shape(solver: Solver, chosen: torch.Tensor, masked: torch.Tensor) -> None:
     if chosen.dtype != torch.bool or chosen.shape != masked.shape:
         raise SolverContractError(f"solver '{solver.name}' returned {chosen.dtype} {tuple(chosen.shape)}; "
                                   f"select must return a bool tensor shaped like view.masked {tuple(masked.shape)}")
-    if (chosen & ~masked).any():
-        raise SolverContractError(f"solver '{solver.name}' revealed a position that was already revealed")
-    if ((chosen.sum(-1) == 0) & masked.any(-1)).any():
-        raise SolverContractError(f"solver '{solver.name}' revealed nothing in a forward; reveal at least one position")
+
+
+def _check_reveal(solver: Solver, chosen: list[list[bool]], masked: list[list[bool]]) -> None:
+    """The reveal contract on host copies (rows of ``chosen`` and of the ``masked`` it was chosen from)."""
+    for row_chosen, row_masked in zip(chosen, masked):
+        if any(c and not m for c, m in zip(row_chosen, row_masked)):
+            raise SolverContractError(f"solver '{solver.name}' revealed a position that was already revealed")
+        if any(row_masked) and not any(row_chosen):
+            raise SolverContractError(f"solver '{solver.name}' revealed nothing in a forward; reveal at least one position")
 
 
 def _clock(device: torch.device) -> float:

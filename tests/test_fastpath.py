@@ -151,3 +151,13 @@ def test_compiled_batches_decode_like_batch_one(family, tmp_path):
                 prompts[:batch], solver)
             assert [(g.output_ids, g.nfe) for g in got] == [(r.output_ids, r.nfe) for r in ref]
     assert counters["stats"]["unique_graphs"] - before == 1
+
+
+def test_compile_flag_needs_the_fast_path_and_turns_it_on(lm):
+    from sbd_bench.runner.samples import RunConfig, use_fast_path
+    from sbd_bench.types import UsageError
+
+    with pytest.raises(UsageError, match="--compile compiles the fast path's forward, which --no-fast turns off"):
+        RunConfig(compile=True, fast=False)
+    assert use_fast_path(RunConfig(compile=True), lm)  # on CPU: asking to compile asks for the fast path
+    assert not use_fast_path(RunConfig(), lm) and not use_fast_path(RunConfig(compile=False), lm)

@@ -171,7 +171,8 @@ def cost_curve_context(work, cfg: RunConfig) -> int:
 def _measure_cost_curve(lm, work, cfg: RunConfig, summary: dict) -> None:
     """The per-forward cost curve for the cost model; a failure here is recorded, never fatal."""
     try:
-        summary["cost_curve"] = measure_cost_curve(lm, cfg.block_size, cost_curve_context(work, cfg))
+        summary["cost_curve"] = measure_cost_curve(lm, cfg.block_size, cost_curve_context(work, cfg),
+                                                   fast=use_fast_path(cfg, lm), compile=cfg.compile)
     except Exception as exc:
         summary["cost_curve"], summary["cost_curve_error"] = None, f"{type(exc).__name__}: {exc}"
 

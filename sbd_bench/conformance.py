@@ -3,9 +3,9 @@
     >>> from sbd_bench.conformance import check_solver
     >>> check_solver(MySolver())        # raises AssertionError naming the broken rule
 
-tests/test_conformance.py runs it over every registered solver (built-ins, entry points, and the
-folders in the SBD_BENCH_PLUGINS environment variable), so a plugin gets it for free:
-``SBD_BENCH_PLUGINS=my_solvers/ python -m pytest tests/test_conformance.py``.
+``test_conformance`` in tests/test_solvers.py runs it over every registered solver (built-ins, entry
+points, and the folders in the SBD_BENCH_PLUGINS environment variable), so a plugin gets it for free:
+``SBD_BENCH_PLUGINS=my_solvers/ python -m pytest tests/test_solvers.py -k conformance``.
 """
 from __future__ import annotations
 

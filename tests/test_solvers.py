@@ -1,13 +1,19 @@
-"""Conformance kit over every registered solver, and golden tests of each built-in rule."""
+"""Conformance kit over every registered solver, golden tests of each built-in rule, and each rule's
+boundary: crafted logits whose entropies and confidences are exact in float32 put a position exactly
+on the bound, and flipping any rule's comparison (the mutations below) fails one of these cases."""
 import math
 import os
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import torch
 
 from sbd_bench.conformance import check_solver
 from sbd_bench.registry import build_solver, solver_registry
-from sbd_bench.types import BlockView, SolverError
+from sbd_bench.types import BlockView, Solver, SolverError
 
 PLUGIN_DIRS = [d for d in os.environ.get("SBD_BENCH_PLUGINS", "").split(os.pathsep) if d]
 REGISTRY = solver_registry(PLUGIN_DIRS)
@@ -129,3 +135,128 @@ def test_ablations():
 def test_bad_parameters_name_the_fix(name, params, fix):
     with pytest.raises(SolverError, match=fix.replace("(", r"\(").replace("]", r"\]")):
         build_solver(REGISTRY[name], params)
+
+
+# ------------------------------------------------------------------------------ rule boundaries
+# A position uniform over its first n tokens has confidence exactly 1/n for n = 1, 2, 4, 8 and entropy
+# exactly 0, LN2 and 2 * LN2 in float32 for n = 1, 2, 4 (LN2: float32 ln 2, as BlockView computes it);
+# the sums the rules form of these are exact too. So each case below sits exactly on its rule's bound.
+LN2 = float(torch.tensor(math.log(2), dtype=torch.float32))
+BELOW_LN2 = float(torch.nextafter(torch.tensor(LN2), torch.tensor(0.0)))  # the float32 just below
+
+
+@dataclass(frozen=True)
+class Boundary:
+    solver: str
+    params: dict
+    sizes: list[int]  # position i uniform over sizes[i] tokens
+    expected: list[int]  # 1 where the position must be revealed
+    masked: list[int] | None = None  # 1 where still masked (default: all)
+    seed: int | None = None  # the view's generator seed (randomised solvers)
+    why: str = field(default="", compare=False)
+
+    def run(self, cls) -> list[int]:
+        masked = torch.tensor([self.masked or [1] * len(self.sizes)], dtype=torch.bool)
+        gen = None if self.seed is None else torch.Generator().manual_seed(self.seed)
+        view = BlockView(uniform_rows(self.sizes), masked, generator=gen)
+        return build_solver(cls, self.params).select(view)[0].int().tolist()
+
+
+BOUNDARIES = [
+    # entropy_bounded: reveal the longest prefix (in proxy order) with sum(H) - max(H) <= gamma
+    Boundary("entropy_bounded", {"gamma": 0.0}, [1, 2, 1, 4], [1, 1, 1, 0],
+             why="H = 0, ln2, 0, 2ln2: the zeros cost nothing at gamma = 0, and sum - max of {0, 0, ln2} is exactly 0"),
+    Boundary("entropy_bounded", {"gamma": LN2}, [2, 2, 4], [1, 1, 0], why="prefix {ln2, ln2}: sum - max = ln2 = gamma"),
+    Boundary("entropy_bounded", {"gamma": 2 * LN2}, [2, 2, 4], [1, 1, 1], why="all: 4ln2 - 2ln2 = 2ln2 = gamma"),
+    Boundary("entropy_bounded", {"gamma": BELOW_LN2}, [2, 2, 4], [1, 0, 0], why="just below: one"),
+    Boundary("entropy_bounded", {"gamma": 0.0, "proxy": "confidence"}, [2, 1, 1], [1, 1, 1],
+             why="confidence order 1, 1, 0.5: entropies 0, 0, ln2, sum - max = 0"),
+    Boundary("entropy_bounded", {"gamma": 0.0}, [1, 1, 2, 1], [0, 1, 1, 0], masked=[0, 1, 1, 0],
+             why="zero entropies of revealed positions are not revealed again"),
+    # confidence: reveal every masked position with confidence >= tau, and at least the most confident
+    Boundary("confidence", {"tau": 0.5}, [1, 2, 2, 4], [1, 1, 1, 0], why="confidences 1, .5, .5, .25 at tau = .5"),
+    Boundary("confidence", {"tau": 0.25}, [1, 2, 2, 4], [1, 1, 1, 1], why="tau = .25: all"),
+    Boundary("confidence", {"tau": 1.0}, [2, 1, 1, 2], [0, 1, 1, 0], why="tau = 1: every certain position"),
+    Boundary("confidence", {"tau": 1.0}, [4, 2, 2], [0, 1, 0], why="none reaches tau: exactly one, the leftmost best"),
+    # factor: largest n with (n + 1)(1 - c_(n)) < f; sorted 1, .5, .5, .25 give 0, 1.5, 2.0, 3.75
+    Boundary("factor", {"f": 1.5}, [1, 2, 2, 4], [1, 0, 0, 0], why="n = 2 gives exactly f: not taken"),
+    Boundary("factor", {"f": 2.0}, [1, 2, 2, 4], [1, 1, 0, 0], why="n = 3 gives exactly f: not taken"),
+    Boundary("factor", {"f": 3.75}, [1, 2, 2, 4], [1, 1, 1, 0], why="n = 4 gives exactly f: not taken"),
+    Boundary("factor", {"f": 10.0}, [2, 2, 1, 1], [1, 1, 0, 0], masked=[1, 1, 0, 0],
+             why="n never exceeds the masked count (revealed positions count as confidence 0)"),
+    Boundary("factor", {"f": 0.01}, [2, 4, 2], [1, 0, 0], why="nothing holds: still one position"),
+    # fixed_k: the k most confident masked positions, ties to the leftmost
+    Boundary("fixed_k", {"k": 1}, [2, 1, 4, 1], [0, 1, 0, 0], why="k = 1: one; the tie of two certain ones: leftmost"),
+    Boundary("fixed_k", {"k": 2}, [2, 1, 4, 1], [0, 1, 0, 1]),
+    Boundary("fixed_k", {"k": 3}, [2, 1, 4, 1], [1, 1, 0, 1], masked=[1, 1, 1, 1]),
+    Boundary("fixed_k", {"k": 3}, [2, 1, 4, 1], [1, 0, 1, 1], masked=[1, 0, 1, 1], why="k = #masked: all of them"),
+    Boundary("fixed_k", {"k": 5}, [2, 1, 4, 1], [1, 0, 1, 0], masked=[1, 0, 1, 0], why="k > #masked: no more"),
+    # left_to_right: the leftmost n masked positions, whatever the confidence
+    Boundary("left_to_right", {"n": 1}, [4, 4, 1, 1], [0, 1, 0, 0], masked=[0, 1, 1, 1]),
+    Boundary("left_to_right", {"n": 2}, [4, 4, 1, 1], [1, 0, 1, 0], masked=[1, 0, 1, 1]),
+    Boundary("left_to_right", {"n": 3}, [4, 4, 1, 1], [0, 1, 1, 1], masked=[0, 1, 1, 1], why="n = #masked: all"),
+    Boundary("left_to_right", {"n": 9}, [4, 4, 1, 1], [1, 0, 0, 1], masked=[1, 0, 0, 1], why="n > #masked: no more"),
+    # random_order: n uniformly random masked positions drawn from the view's generator (golden draws)
+    Boundary("random_order", {"n": 1}, [2] * 8, [0, 0, 0, 0, 0, 0, 1, 0], seed=3, why="n = 1: exactly one"),
+    Boundary("random_order", {"n": 3}, [2] * 8, [0, 0, 0, 0, 1, 0, 1, 1], seed=3),
+    Boundary("random_order", {"n": 3}, [2] * 8, [0, 0, 1, 0, 1, 1, 0, 0], seed=11),
+    Boundary("random_order", {"n": 2}, [2] * 4, [1, 0, 1, 0], masked=[1, 0, 1, 0], seed=3, why="n = #masked"),
+    Boundary("random_order", {"n": 5}, [2] * 4, [0, 1, 0, 1], masked=[0, 1, 0, 1], seed=3, why="n > #masked"),
+]
+
+
+def test_crafted_rows_are_exact():
+    view = BlockView(uniform_rows([1, 2, 4, 8]), torch.ones(1, 4, dtype=torch.bool))
+    assert view.entropy[0].tolist()[:3] == [0.0, LN2, 2 * LN2]
+    assert view.confidence[0].tolist() == [1.0, 0.5, 0.25, 0.125]
+
+
+@pytest.mark.parametrize("case", BOUNDARIES, ids=lambda c: f"{c.solver}-{c.params}-{c.sizes}-{c.masked}-{c.seed}")
+def test_rule_boundary(case):
+    assert case.run(REGISTRY[case.solver]) == case.expected, case.why
+
+
+# Each built-in rule's comparison flipped or its count moved by one. A mutant is built from the solver's
+# source with one edit; some boundary case above must then fail.
+MUTATIONS = [
+    ("entropy_bounded", "(bound <= self.gamma)", "(bound < self.gamma)"),
+    ("entropy_bounded", "n.clamp_min(1)", "n.clamp_min(2)"),
+    ("confidence", "(conf >= self.tau)", "(conf > self.tau)"),
+    ("confidence", "reveal_top(conf, view.masked, 1)", "reveal_top(conf, view.masked, 2)"),
+    ("factor", "(1 - c_sorted) < self.f)", "(1 - c_sorted) <= self.f)"),
+    ("factor", "(n <= view.masked.sum(-1, keepdim=True))", "(n < view.masked.sum(-1, keepdim=True))"),
+    ("fixed_k", "view.masked, self.k)", "view.masked, self.k + 1)"),
+    ("fixed_k", "view.masked, self.k)", "view.masked, self.k - 1)"),
+    ("left_to_right", "leftness = -torch.arange", "leftness = torch.arange"),
+    ("left_to_right", "view.masked, self.n)", "view.masked, self.n + 1)"),
+    ("random_order", "view.masked, self.n)", "view.masked, self.n + 1)"),
+    ("random_order", "generator=view.generator, ", ""),
+]
+SOLVERS_DIR = Path(__file__).resolve().parent.parent / "solvers"
+
+
+def mutant(solver: str, old: str, new: str) -> type[Solver]:
+    """The solver class built from its source file with ``old`` replaced by ``new`` (once)."""
+    source = (SOLVERS_DIR / f"{solver}.py").read_text()
+    assert source.count(old) == 1, f"solvers/{solver}.py no longer holds {old!r} once: update MUTATIONS"
+    module = types.ModuleType(f"mutant_{solver}")
+    sys.modules[module.__name__] = module  # dataclasses look their module up while building the class
+    try:
+        exec(compile(source.replace(old, new), f"mutant of solvers/{solver}.py", "exec"), module.__dict__)
+    finally:
+        del sys.modules[module.__name__]
+    return next(v for v in vars(module).values() if isinstance(v, type) and issubclass(v, Solver) and v.name == solver)
+
+
+@pytest.mark.parametrize("solver, old, new", MUTATIONS, ids=lambda v: v if " " not in v else None)
+def test_every_rule_mutation_fails_a_boundary_case(solver, old, new):
+    cls = mutant(solver, old, new)
+    torch.manual_seed(1)  # a mutant that ignores the view's generator draws from the global one
+    survived = all(case.run(cls) == case.expected for case in BOUNDARIES if case.solver == solver)
+    assert not survived, f"replacing {old!r} by {new!r} in solvers/{solver}.py passes every boundary case"
+
+
+def test_unmutated_sources_pass_the_boundary_cases():
+    for solver in {case.solver for case in BOUNDARIES}:  # the mutants' source path builds working solvers
+        cls = mutant(solver, "class ", "class ")
+        assert all(case.run(cls) == case.expected for case in BOUNDARIES if case.solver == solver), solver

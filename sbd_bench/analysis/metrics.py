@@ -17,6 +17,11 @@ Per (config, task), over its samples without error:
   *_lo, *_hi          95% interval: seeded percentile bootstrap over examples for speed factors,
                       Wilson score interval for accuracy
   accuracy            mean of ``correct`` over samples that have a verdict (None when none has)
+  tokens_vs_ntp       its mean output length over NTP's on the same examples (Σ tokens / Σ NTP
+                      tokens, paired on (task, id)); 1.0 for NTP, None without NTP records
+  tokens_differ_from_ntp  |tokens_vs_ntp - 1| > TOKENS_DIFFER_PERCENT (10%): the NFE speed factor then
+                      compares forwards spent on different amounts of text (a configuration that stops
+                      early looks faster than it is), so reports mark the row
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ BASELINE_SOLVER = "ntp"
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
 TIMING_FIELDS = ("wall_time_s", "prefill_time_s", "decode_time_s")
+TOKENS_DIFFER_PERCENT = 10  # difference of mean output length from NTP's that marks a row (integer: exact)
 
 
 def example_key(rec: dict) -> tuple[str, str]:
@@ -108,8 +114,22 @@ def summarize(records: Iterable[dict]) -> list[dict]:
         groups[(r["config"], r["task"])].append(r)
     nfe_ratios = paired_ratios(samples, "nfe")
     wall_ratios = paired_ratios(samples, "decode_time_s")
-    return [_row(config, task, recs, nfe_ratios.get((config, task), []), wall_ratios.get((config, task), []))
+    ntp_tokens = {example_key(r): r["tokens"] for r in samples if r["solver"] == BASELINE_SOLVER and not r.get("error")}
+    return [{**_row(config, task, recs, nfe_ratios.get((config, task), []), wall_ratios.get((config, task), [])),
+             **_length_against_ntp(recs, ntp_tokens)}
             for (config, task), recs in groups.items()]
+
+
+def _length_against_ntp(recs: list[dict], ntp_tokens: dict[tuple[str, str], int]) -> dict:
+    """Mean output length against NTP's on the examples both finished (see the module docstring)."""
+    pairs = [(r["tokens"], ntp_tokens[example_key(r)]) for r in recs
+             if not r.get("error") and example_key(r) in ntp_tokens]
+    ntp_total = sum(ntp for _, ntp in pairs)
+    if not ntp_total:
+        return {"tokens_vs_ntp": None, "tokens_differ_from_ntp": None}
+    total = sum(tokens for tokens, _ in pairs)
+    return {"tokens_vs_ntp": total / ntp_total,
+            "tokens_differ_from_ntp": 100 * abs(total - ntp_total) > TOKENS_DIFFER_PERCENT * ntp_total}
 
 
 def _row(config: str, task: str, recs: list[dict], nfe_ratios: list[float], wall_ratios: list[float]) -> dict:

@@ -3,27 +3,63 @@
     python -m sbd_bench report runs/x            # also run at the end of every `run`
 
 Writes into the run folder (atomically, each file complete or absent):
-  report.md               provenance, the main table, details with 95% intervals, predicted speed factors
+  report.md               provenance, the main table, then three narrow detail tables (accuracy and speed
+                          factors with 95% intervals; wall-clock against predicted speed factors; the
+                          decoding profile), the measured cost curve, failures
   table.csv               the main table: rows = solver configurations, columns = tasks,
                           cells = accuracy (%) / speed factor (NFE) relative to NTP
   rows.csv                one row per configuration x task with every summary figure
   accuracy_vs_speed.png   accuracy against speed factor per task, Pareto front marked
-  tokens_per_forward.png  distribution of tokens revealed per forward, per configuration
-  forwards_per_block.png  distribution of forwards per block, per configuration
+  tokens_per_forward.png  distribution of tokens revealed per forward, per task and configuration
+  forwards_per_block.png  distribution of forwards per block, per task and configuration
+Every table and plot lists tasks in the run's order and configurations NTP first, then in run order.
+A row whose mean output length differs from NTP's by more than 10% (``tokens_differ_from_ntp``,
+defined in metrics.py) carries LENGTH_MARK and a footnote: its NFE speed factor counts forwards
+spent on a different amount of text.
 """
 from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 from pathlib import Path
+from typing import Callable
 
 from ..types import SUMMARY_ROW_FIELDS
-from .metrics import summarize
+from .metrics import BASELINE_SOLVER, TOKENS_DIFFER_PERCENT, summarize
 from .records import load_run, write_text_atomic
 from .roofline import prediction_columns
 
 PREDICTION_LABELS = {"pred_measured": "predicted (measured curve)"}
+LENGTH_MARK = "†"
+LENGTH_FOOTNOTE = (f"{LENGTH_MARK} mean output length differs from NTP's by more than {TOKENS_DIFFER_PERCENT}% on the "
+                   "same examples (see 'tokens vs NTP' in the decoding profile): the NFE speed factor then compares "
+                   "forwards spent on different amounts of text, and one that stops early looks faster than it is; "
+                   "tokens per forward is the fairer figure there.")
+SPEED_TIE = 0.01  # speed factors within 1% of each other count as equal on the Pareto front
+
+
+# --------------------------------------------------------------------------------- order and marks
+def task_order(rows: list[dict]) -> list[str]:
+    """Tasks in the order the run met them: the one order of every table and plot."""
+    return list(dict.fromkeys(r["task"] for r in rows))
+
+
+def config_order(rows: list[dict]) -> list[str]:
+    """Configurations NTP first (every speed factor is relative to it), then in the run's order."""
+    configs = list(dict.fromkeys(r["config"] for r in rows))
+    return sorted(configs, key=lambda c: c.split(":")[0] != BASELINE_SOLVER)  # stable: run order otherwise
+
+
+def ordered(rows: list[dict]) -> list[dict]:
+    """Rows task by task, each task's configurations in ``config_order``."""
+    tasks, configs = task_order(rows), config_order(rows)
+    return sorted(rows, key=lambda r: (tasks.index(r["task"]), configs.index(r["config"])))
+
+
+def length_mark(row: dict) -> str:
+    return f" {LENGTH_MARK}" if row.get("tokens_differ_from_ntp") else ""
 
 
 # ------------------------------------------------------------------------------------------ tables
@@ -35,23 +71,72 @@ def _x(value) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+def _num(value, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
 def _interval(lo, hi, fmt) -> str:
     return "" if lo is None else f" [{fmt(lo)}, {fmt(hi)}]"
 
 
 def main_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Header and body of the paper-style table: one row per configuration, one column per task."""
-    configs = list(dict.fromkeys(r["config"] for r in rows))
-    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    tasks = task_order(rows)
     cell = {(r["config"], r["task"]): r for r in rows}
     body = []
-    for config in configs:
+    for config in config_order(rows):
         line = [config]
         for task in tasks:
             r = cell.get((config, task))
-            line.append("" if r is None else f"{_pct(r['accuracy'])} / {_x(r['speed_factor_nfe'])}")
+            line.append("" if r is None else f"{_pct(r['accuracy'])} / {_x(r['speed_factor_nfe'])}{length_mark(r)}")
         body.append(line)
     return ["config", *tasks], body
+
+
+# A detail table is a list of columns: (header, cell of one summary row). Another figure is one more
+# entry in one of these lists.
+Column = tuple[str, Callable[[dict], str]]
+
+
+def accuracy_speed_columns() -> list[Column]:
+    return [
+        ("n", lambda r: str(r["n"])),
+        ("accuracy % [95% CI]", lambda r: _pct(r["accuracy"]) + _interval(r["accuracy_lo"], r["accuracy_hi"], _pct)),
+        ("speed factor NFE [95% CI]", lambda r: _x(r["speed_factor_nfe"]) + length_mark(r)
+         + _interval(r["speed_factor_nfe_lo"], r["speed_factor_nfe_hi"], _x)),
+        ("speed factor wall [95% CI]",
+         lambda r: _x(r["speed_factor_wall"]) + _interval(r["speed_factor_wall_lo"], r["speed_factor_wall_hi"], _x)),
+    ]
+
+
+def prediction_table_columns(predictions: dict[str, dict]) -> list[Column]:
+    def predicted(name):
+        return lambda r: _x(predictions[name].get((r["config"], r["task"])))
+
+    return [("speed factor wall (measured)", lambda r: _x(r["speed_factor_wall"]))] + [
+        (PREDICTION_LABELS.get(name, name.replace("pred_", "predicted ").replace("_", " ")), predicted(name))
+        for name in predictions]
+
+
+def profile_columns() -> list[Column]:
+    def memory(r):
+        return "-" if not r.get("peak_memory_bytes") else f"{r['peak_memory_bytes'] / 2**20:.0f}"
+
+    return [
+        ("tokens (mean)", lambda r: _num(r["tokens"], 1)),
+        ("tokens vs NTP", lambda r: _x(r.get("tokens_vs_ntp")) + length_mark(r)),
+        ("nfe (mean)", lambda r: _num(r["nfe"], 1)),
+        ("tokens/forward", lambda r: _num(r["tokens_per_forward"], 2)),
+        ("forwards/block", lambda r: _num(r["forwards_per_block"], 2)),
+        ("peak memory MiB", memory),
+        ("errors", lambda r: str(r["errors"])),
+    ]
+
+
+def column_table(rows: list[dict], columns: list[Column]) -> tuple[list[str], list[list[str]]]:
+    """One line per (task, configuration), in the report's order, with the given columns."""
+    return (["task", "config", *(name for name, _ in columns)],
+            [[r["task"], r["config"], *(cell(r) for _, cell in columns)] for r in ordered(rows)])
 
 
 def markdown(header: list[str], body: list[list[str]]) -> str:
@@ -66,28 +151,6 @@ def csv_text(header: list[str], body: list[list]) -> str:
     writer.writerow(header)
     writer.writerows(body)
     return buffer.getvalue()
-
-
-def detail_table(rows: list[dict], predictions: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
-    header = ["task", "config", "n", "accuracy % [95% CI]", "nfe", "tokens/forward", "forwards/block",
-              "speed factor NFE [95% CI]", "speed factor wall [95% CI]",
-              *[PREDICTION_LABELS.get(name, name.replace("pred_", "predicted ").replace("_", " ")) for name in predictions],
-              "peak memory MiB", "errors"]
-    body = []
-    for r in sorted(rows, key=lambda r: r["task"]):
-        mem = r.get("peak_memory_bytes")
-        body.append([
-            r["task"], r["config"], str(r["n"]),
-            _pct(r["accuracy"]) + _interval(r["accuracy_lo"], r["accuracy_hi"], _pct),
-            "-" if r["nfe"] is None else f"{r['nfe']:.1f}",
-            "-" if r["tokens_per_forward"] is None else f"{r['tokens_per_forward']:.2f}",
-            "-" if r["forwards_per_block"] is None else f"{r['forwards_per_block']:.2f}",
-            _x(r["speed_factor_nfe"]) + _interval(r["speed_factor_nfe_lo"], r["speed_factor_nfe_hi"], _x),
-            _x(r["speed_factor_wall"]) + _interval(r["speed_factor_wall_lo"], r["speed_factor_wall_hi"], _x),
-            *[_x(column.get((r["config"], r["task"]))) for column in predictions.values()],
-            "-" if not mem else f"{mem / 2**20:.0f}", str(r["errors"]),
-        ])
-    return header, body
 
 
 def provenance_lines(summary: dict) -> list[str]:
@@ -112,18 +175,38 @@ def cost_curve_lines(summary: dict) -> list[str]:
                      f"{times[2 * k] / times[1]:.2f}x a 1-token forward here; 'predicted (measured curve)' applies "
                      "these to each sample's forwards per block, so the rest of the gap to the measured wall-clock "
                      "factor is per-forward work outside the model call (solver, bookkeeping) and timing noise.")
+    inversions = non_monotone(times)
+    if inversions:
+        pairs = "; ".join(f"q={b} took {times[b] * 1e3:.3f} ms, less than q={a} ({times[a] * 1e3:.3f} ms)"
+                          for a, b in inversions)
+        lines += ["", f"The measured curve is not monotone: {pairs}, although a forward over more query tokens "
+                  "does no less work. Such inversions come from timing noise (another process taking the core during "
+                  "one shape's repetitions; the median removes only part of it) and from the kernels chosen per "
+                  "shape (matrix-multiply libraries block and vectorise some sizes better than their neighbours). "
+                  "Read the inverted points as equal in cost, not as a property of the model or the solvers."]
     return lines
 
 
+def non_monotone(times: dict[int, float]) -> list[tuple[int, int]]:
+    """(q, q') pairs of neighbouring measured sizes, q < q', where the larger forward took less time."""
+    qs = sorted(times)
+    return [(a, b) for a, b in zip(qs, qs[1:]) if times[b] < times[a]]
+
+
 # ------------------------------------------------------------------------------------------- plots
-def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Points no other point beats on both speed (x) and accuracy (y), sorted by speed."""
-    front, best = [], float("-inf")
-    for x, y in sorted(points, key=lambda p: (-p[0], -p[1])):
-        if y > best:
-            front.append((x, y))
-            best = y
-    return sorted(front)
+def dominates(a: tuple[float, float], b: tuple[float, float], tie: float = SPEED_TIE) -> bool:
+    """Point a = (speed, accuracy) beats b: at least as accurate, not slower (speeds within ``tie``,
+    relative, are equal), and better on one of the two."""
+    not_slower = a[0] * (1 + tie) >= b[0]
+    faster = a[0] > b[0] * (1 + tie)
+    return a[1] >= b[1] and not_slower and (a[1] > b[1] or faster)
+
+
+def pareto_front(points: list[tuple[float, float]], tie: float = SPEED_TIE) -> list[tuple[float, float]]:
+    """Points no other point dominates, sorted by speed. Speed factors within ``tie`` of each other
+    are equal: 1.0008x against NTP's 1.00x (a configuration whose answers are a token shorter) is no
+    speed-up that makes a less accurate configuration part of the front."""
+    return sorted({p for p in points if not any(dominates(q, p, tie) for q in points)})
 
 
 def _savefig(fig, path: Path) -> None:
@@ -134,79 +217,202 @@ def _savefig(fig, path: Path) -> None:
     os.replace(tmp, path)
 
 
+MARKER_AREA = 45  # points^2: a marker about 6.7 points wide
+MARKER_GAP = 1.2  # centres of two markers at least this many marker widths apart: none hides another
+
+
+def _nudges(spacing: float, rings: int = 6) -> list[tuple[float, float]]:
+    """Offsets (points) on a hexagonal lattice, nearest first, sideways before up or down."""
+    cells = [((i + (j % 2) / 2) * spacing, j * spacing * 3 ** 0.5 / 2)
+             for j in range(-rings, rings + 1) for i in range(-rings, rings + 1)]
+    return sorted(cells, key=lambda c: (round((c[0] ** 2 + c[1] ** 2) ** 0.5, 6), abs(c[1]), c[0]))
+
+
+def spread_markers(positions: list[tuple[float, float]], width: float) -> list[tuple[float, float]]:
+    """Offsets (points) that keep markers of ``width`` points from covering each other: each marker,
+    in the given order, takes the nearest free spot to its true position (``positions`` in points).
+    The first marker of a spot stays on it; the others sit beside it."""
+    spacing = MARKER_GAP * width
+    placed: list[tuple[float, float]] = []
+    offsets = []
+    for x, y in positions:
+        for dx, dy in _nudges(spacing):
+            if all((x + dx - px) ** 2 + (y + dy - py) ** 2 >= spacing ** 2 - 1e-9 for px, py in placed):
+                break
+        placed.append((x + dx, y + dy))
+        offsets.append((dx, dy))
+    return offsets
+
+
+def _speed_points(rows: list[dict], task: str) -> list[dict]:
+    """The markers of one panel: every configuration's NFE speed factor (filled), then every wall-clock
+    one (hollow), so that the NFE markers (the Pareto front's) keep their true spots first."""
+    rows = [r for r in rows if r["task"] == task and r["accuracy"] is not None]
+    return [{"config": r["config"], "kind": kind, "x": r[f"speed_factor_{kind}"], "y": 100 * r["accuracy"], "row": r}
+            for kind in ("nfe", "wall") for r in rows if r[f"speed_factor_{kind}"] is not None]
+
+
 def plot_accuracy_vs_speed(rows: list[dict], path: Path):
     """Write the plot; returns its (closed) figure so tests can read the axes."""
     import matplotlib.pyplot as plt
+    from matplotlib.transforms import offset_copy
 
-    tasks = list(dict.fromkeys(r["task"] for r in rows))
-    configs = list(dict.fromkeys(r["config"] for r in rows))
+    tasks, configs = task_order(rows), config_order(rows)
     colors = {c: plt.get_cmap("tab10")(i % 10) for i, c in enumerate(configs)}
     cols = 2 if len(tasks) == 4 else min(3, len(tasks))
     rows_n = -(-len(tasks) // cols)
-    fig, axes = plt.subplots(rows_n, cols, figsize=(4.5 * cols, 4 * rows_n), squeeze=False)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(4.8 * cols, 4.2 * rows_n), squeeze=False)
     for ax in axes.flat[len(tasks):]:
         ax.set_visible(False)
-    for ax, task in zip(axes.flat, tasks):
-        points = [(r["speed_factor_nfe"], r["accuracy"], r["config"], r.get("speed_factor_wall")) for r in rows
-                  if r["task"] == task and r["speed_factor_nfe"] is not None and r["accuracy"] is not None]
-        for x, y, config, wall in points:
-            ax.scatter(x, 100 * y, color=colors[config], s=40, zorder=3)
-            if wall is not None:
-                ax.scatter(wall, 100 * y, facecolors="none", edgecolors=colors[config], s=40, zorder=3)
-        front = pareto_front([(x, y) for x, y, _, _ in points])
+    panels = list(zip(axes.flat, tasks))
+    for ax, task in panels:
+        right = max([p["x"] for p in _speed_points(rows, task)] + [1.0]) * 1.15
+        ax.set_xlim(0, right)
+        ax.set_ylim(-4, 106)  # room for markers nudged off 0% and 100%
+        ax.set_yticks(range(0, 101, 20))
+        ax.set_title(task, fontsize=12)
+        ax.set_xlabel("speed factor relative to NTP (x)", fontsize=10)
+        ax.set_ylabel("accuracy (%)", fontsize=10)
+        ax.grid(alpha=0.3)
+    fig.suptitle("Accuracy against speed factor relative to NTP, per task", fontsize=12)
+    fig.tight_layout()  # before placing markers: their nudges are computed in the final axes' points
+    for ax, task in panels:
+        points = _speed_points(rows, task)
+        to_points = ax.transData + fig.dpi_scale_trans.inverted()  # data -> inches
+        where = [tuple(72 * v for v in to_points.transform((p["x"], p["y"]))) for p in points]
+        nudges = spread_markers(where, width=MARKER_AREA ** 0.5)
+        for p, (dx, dy) in zip(points, nudges):
+            filled = p["kind"] == "nfe"
+            ax.scatter(p["x"], p["y"], s=MARKER_AREA, zorder=3, linewidths=1.5, clip_on=False,
+                       facecolors=colors[p["config"]] if filled else "none", edgecolors=colors[p["config"]],
+                       transform=offset_copy(ax.transData, fig=fig, x=dx, y=dy, units="points"))
+        front = pareto_front([(p["x"], p["y"] / 100) for p in points if p["kind"] == "nfe"])
         if front:
-            ax.plot([x for x, _ in front], [100 * y for _, y in front], "k--", lw=1, marker="o", ms=11, mfc="none",
+            ax.plot([x for x, _ in front], [100 * y for _, y in front], "k--", lw=1, marker="o", ms=13, mfc="none",
                     zorder=2)
         if not points:
             ax.text(0.5, 0.5, "no verdicts", transform=ax.transAxes, ha="center")
-        right = max([x for x, *_ in points] + [w for *_, w in points if w is not None] + [1.0])
-        ax.set_xlim(0, right * 1.15)
-        ax.set_ylim(-2, 102)
-        ax.set_title(task)
-        ax.set_xlabel("speed factor relative to NTP (x)\nfilled: NFE, hollow: wall-clock")
-        ax.set_ylabel("accuracy (%)")
-        ax.grid(alpha=0.3)
     handles = [plt.Line2D([], [], marker="o", ls="", color=colors[c], label=c) for c in configs]
-    handles.append(plt.Line2D([], [], ls="--", marker="o", ms=11, mfc="none", color="k", label="Pareto front (NFE)"))
-    fig.tight_layout()
-    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=7, frameon=False)
+    grey = "0.35"
+    handles += [plt.Line2D([], [], marker="o", ls="", color=grey, label="filled: speed factor from NFE"),
+                plt.Line2D([], [], marker="o", ls="", mfc="none", mec=grey, label="hollow: speed factor from wall-clock"),
+                plt.Line2D([], [], ls="--", marker="o", ms=12, mfc="none", color="k", label="Pareto front (NFE)")]
+    handles.append(plt.Line2D([], [], ls="", label="markers that would cover each other\nare set side by side"))
+    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.93), fontsize=10, frameon=False)
     _savefig(fig, path)
     plt.close(fig)
     return fig
 
 
-def plot_distribution(records: list[dict], field: str, value_label: str, unit: str, path: Path):
-    """One 100% stacked bar per configuration: the share of each value of a per-sample list field
-    (pooled over tasks), coloured by the value; the mean is printed at the bar's end."""
-    import matplotlib.pyplot as plt
-    from matplotlib.cm import ScalarMappable
-    from matplotlib.colors import Normalize
+def count_bins(top: int, with_zero: bool) -> list[tuple[int, int, str]]:
+    """(low, high, label) bins for whole counts up to ``top``: 0 (when present), 1, 2, 3, 4 on their
+    own, then 5-8, 9-16, 17-32, ... so that a 16-position block stays readable."""
+    bins = [(0, 0, "0")] if with_zero else []
+    bins += [(v, v, str(v)) for v in range(1, min(top, 4) + 1)]
+    low = 5
+    while low <= top:
+        high = 2 * (low - 1)
+        bins.append((low, high, f"{low}–{high}"))
+        low = high + 1
+    return bins
 
-    data: dict[str, list[int]] = {}
+
+# Paul Tol's "bright" scheme (distinct for colour-blind readers too), then ochre, teal and near-black
+BIN_COLORS = ("#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#997700", "#17BECF", "#222222")
+
+
+def bin_colors(bins: list[tuple[int, int, str]]) -> list[str]:
+    """One clearly different colour per bin, the same for a bin in every panel; 0 in light grey.
+    (Nine colours cover blocks of up to 128 positions; beyond that they repeat.)"""
+    nonzero = itertools.cycle(BIN_COLORS)
+    return ["#DDDDDD" if low == 0 else next(nonzero) for low, _, _ in bins]
+
+
+def plot_distribution(records: list[dict], rows: list[dict], field: str, title: str, unit: str, path: Path):
+    """One panel per task; in it one 100% stacked bar per configuration: the share of each value of a
+    per-sample list field (``revealed_per_forward``, ``forwards_per_block``), one discrete colour per
+    value (or range of values); the mean is printed at the bar's end."""
+    import matplotlib.pyplot as plt
+
+    tasks, configs = task_order(rows), config_order(rows)
+    data: dict[tuple[str, str], list[int]] = {}
     for r in records:
-        if not r.get("error"):
-            data.setdefault(r["config"], []).extend(r.get(field) or [])
-    data = {c: v for c, v in data.items() if v}
-    top = max((max(v) for v in data.values()), default=1)
-    cmap, norm = plt.get_cmap("viridis"), Normalize(vmin=1, vmax=max(top, 2))
-    fig, ax = plt.subplots(figsize=(8, 0.4 * len(data) + 1.4))
-    for row, (config, values) in enumerate(data.items()):
-        left = 0.0
-        for value in sorted(set(values)):
-            share = values.count(value) / len(values)
-            ax.barh(row, share, left=left, color=cmap(norm(value)), edgecolor="white", linewidth=0.5)
-            left += share
-        ax.text(1.01, row, f"mean {sum(values) / len(values):.2f}", va="center", fontsize=7)
-    ax.set_yticks(range(len(data)), list(data), fontsize=7)
-    ax.set_xlim(0, 1)
-    ax.set_xlabel(f"share of {unit} (all tasks)")
-    fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=value_label, pad=0.12)
+        if not r.get("error") and r.get(field):
+            data.setdefault((r["task"], r["config"]), []).extend(r[field])
+    values = [v for vs in data.values() for v in vs]
+    bins = count_bins(max(values, default=1), with_zero=0 in values)
+    colors = bin_colors(bins)
+    heights = [0.32 * sum((task, c) in data for c in configs) + 0.7 for task in tasks]
+    fig, axes = plt.subplots(len(tasks), 1, figsize=(9, sum(heights) + 1.0), squeeze=False,
+                             gridspec_kw={"height_ratios": heights}, sharex=True)
+    for ax, task in zip(axes[:, 0], tasks):
+        present = [c for c in configs if (task, c) in data][::-1]  # barh draws bottom-up: NTP on top
+        for row, config in enumerate(present):
+            counts = data[(task, config)]
+            left = 0.0
+            for (low, high, _), color in zip(bins, colors):
+                share = sum(low <= v <= high for v in counts) / len(counts)
+                if share:
+                    ax.barh(row, share, left=left, color=color, edgecolor="white", linewidth=0.5)
+                    left += share
+            ax.text(1.01, row, f"mean {sum(counts) / len(counts):.2f}", va="center", fontsize=8)
+        ax.set_yticks(range(len(present)), present, fontsize=8)
+        ax.set_xlim(0, 1)
+        ax.set_title(task, fontsize=10, loc="left")
+        if not present:
+            ax.text(0.5, 0.5, "no samples", transform=ax.transAxes, ha="center")
+    axes[-1, 0].set_xlabel(f"share of {unit}")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=color) for color in colors]
+    fig.suptitle(title, fontsize=12)
+    fig.tight_layout()
+    fig.legend(handles, [label for *_, label in bins], title=title.split(":")[0].lower(), loc="upper left",
+               bbox_to_anchor=(1.0, 0.95), fontsize=9, title_fontsize=9, frameon=False)
     _savefig(fig, path)
     plt.close(fig)
     return fig
 
 
 # ------------------------------------------------------------------------------------------ report
+def _table_section(title: str, intro: str, rows: list[dict], columns: list[Column]) -> list[str]:
+    header, body = column_table(rows, columns)
+    marked = any(LENGTH_MARK in cell for line in body for cell in line)
+    return [f"### {title}", "", intro, "", markdown(header, body), ""] + ([LENGTH_FOOTNOTE, ""] if marked else [])
+
+
+def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dict[str, dict]) -> str:
+    header, body = main_table(rows)
+    text = [f"# sbd_bench report: {run_dir.name}", ""]
+    if not summary.get("complete"):
+        text += [f"**Incomplete run**: finish it with `python -m sbd_bench run --resume {run_dir}`.", ""]
+    text += ["Cells: accuracy (%) / speed factor relative to NTP, from forward counts (NFE), paired per example.", "",
+             markdown(header, body), ""]
+    if any(r.get("tokens_differ_from_ntp") for r in rows):
+        text += [LENGTH_FOOTNOTE, ""]
+    text += ["## Details", ""]
+    text += _table_section(
+        "Accuracy and speed factors", "95% intervals: Wilson for accuracy, seeded percentile bootstrap over examples "
+        "for speed factors. Wall-clock speed factors use decode time (prefill is timed apart).",
+        rows, accuracy_speed_columns())
+    if predictions:
+        text += _table_section(
+            "Wall-clock speed factor, measured and predicted", "Predicted speed factors apply a cost model to each "
+            "sample's forwards per block: the forward costs measured on this machine (below), and datasheet figures "
+            "for other hardware and model sizes (see `python -m sbd_bench roofline`).",
+            rows, prediction_table_columns(predictions))
+    text += _table_section(
+        "Decoding profile", "Means per sample. 'tokens vs NTP' is the mean output length over NTP's on the same "
+        "examples.", rows, profile_columns())
+    text += cost_curve_lines(summary) + [""]
+    failures = summary.get("failures") or []
+    if failures:
+        text += [f"## Failures ({len(failures)})", ""] + [
+            f"- {f['config']} on {f['task']}/{f['id']}: {f['error']}" for f in failures[:50]] + [""]
+    text += ["## Plots", "", "![accuracy vs speed factor](accuracy_vs_speed.png)", "",
+             "![tokens per forward](tokens_per_forward.png)", "", "![forwards per block](forwards_per_block.png)", "",
+             "## Provenance", "", *provenance_lines(summary), ""]
+    return "\n".join(text)
+
+
 def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     """Build every table and plot of a run folder; returns the path of report.md."""
     import matplotlib
@@ -216,37 +422,19 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     summary, records = load_run(run_dir)  # first: bad input must not leave folders behind
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = summarize(records)
+    rows = ordered(summarize(records))
     predictions = prediction_columns(summary, records)
-    header, body = main_table(rows)
-    write_text_atomic(out_dir / "table.csv", csv_text(header, body))
+    write_text_atomic(out_dir / "table.csv", csv_text(*main_table(rows)))
     long_header = list(SUMMARY_ROW_FIELDS) + list(predictions)
     long_body = [[json.dumps(r.get(f)) if isinstance(r.get(f), dict) else r.get(f) for f in SUMMARY_ROW_FIELDS]
                  + [predictions[name].get((r["config"], r["task"])) for name in predictions] for r in rows]
     write_text_atomic(out_dir / "rows.csv", csv_text(long_header, long_body))
     plot_accuracy_vs_speed(rows, out_dir / "accuracy_vs_speed.png")
-    plot_distribution(records, "revealed_per_forward", "tokens revealed per forward", "forwards",
-                      out_dir / "tokens_per_forward.png")
-    plot_distribution(records, "forwards_per_block", "forwards per block", "blocks", out_dir / "forwards_per_block.png")
-    d_header, d_body = detail_table(rows, predictions)
-    failures = summary.get("failures") or []
-    text = [f"# sbd_bench report: {run_dir.name}", ""]
-    if not summary.get("complete"):
-        text += [f"**Incomplete run**: finish it with `python -m sbd_bench run --resume {run_dir}`.", ""]
-    text += ["Cells: accuracy (%) / speed factor relative to NTP, from forward counts (NFE), paired per example.", "",
-             markdown(header, body), "", "## Details", "",
-             "95% intervals: Wilson for accuracy, seeded percentile bootstrap over examples for speed factors. "
-             "Wall-clock speed factors use decode time (prefill is timed apart); predicted ones apply a cost "
-             "model to each sample's forwards per block (see `python -m sbd_bench roofline`).", "",
-             markdown(d_header, d_body), ""]
-    text += cost_curve_lines(summary) + [""]
-    if failures:
-        text += [f"## Failures ({len(failures)})", ""] + [
-            f"- {f['config']} on {f['task']}/{f['id']}: {f['error']}" for f in failures[:50]] + [""]
-    text += ["## Plots", "", "![accuracy vs speed factor](accuracy_vs_speed.png)", "",
-             "![tokens per forward](tokens_per_forward.png)", "", "![forwards per block](forwards_per_block.png)", "",
-             "## Provenance", "", *provenance_lines(summary), ""]
-    write_text_atomic(out_dir / "report.md", "\n".join(text))
+    plot_distribution(records, rows, "revealed_per_forward", "Tokens revealed per forward: share of forwards",
+                      "forwards", out_dir / "tokens_per_forward.png")
+    plot_distribution(records, rows, "forwards_per_block", "Forwards per block: share of blocks", "blocks",
+                      out_dir / "forwards_per_block.png")
+    write_text_atomic(out_dir / "report.md", report_text(run_dir, summary, rows, predictions))
     return out_dir / "report.md"
 
 
@@ -263,4 +451,3 @@ def add_cli(subparsers) -> None:
     p.add_argument("run_dir", help="a run folder written by `run`")
     p.add_argument("--out", default=None, help="where to write (default: the run folder)")
     p.set_defaults(func=cmd_report)
-

@@ -82,10 +82,10 @@ class Decoder:
                 logits = static_forward(self.lm, cache, ids, positions, pattern, keep)
         else:
             mask = None if pattern is None else pattern.mask(cache.length, self.lm.dtype, ids.device)
-            model, extra = self.lm.model, {"logits_to_keep": keep} if keeps_logits(self.lm.model) else {}
-            out = model(input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache.hf, use_cache=True,
-                        **extra)
-            logits = (out.logits if extra or not keep else out.logits[:, -keep:]).float()
+            kept = {"logits_to_keep": keep} if keeps_logits(self.lm.model) else {}
+            logits = self.lm.model(input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache.hf,
+                                   use_cache=True, **kept).logits
+            logits = (logits if kept or not keep else logits[:, -keep:]).float()
         cache.advance(ids.shape[1])
         if self.lm.mask_token_id >= 0:
             logits[..., self.lm.mask_token_id] = float("-inf")  # the mask token is never emitted

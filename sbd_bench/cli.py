@@ -124,7 +124,7 @@ def cmd_run(args) -> int:
                         attn_implementation=args.attn, command=command, repeats=args.repeats, warmup=args.warmup,
                         cost_curve=not args.no_cost_curve, report=not args.no_report, threads=args.threads,
                         chat_template=args.chat_template, thinking={"on": True, "off": False}.get(args.thinking),
-                        batch_size=args.batch_size, fast=args.fast, device_map=args.device_map)
+                        batch_size=args.batch_size, fast=args.fast, compile=args.compile, device_map=args.device_map)
         try:
             if distributed.launched():
                 run_dir = distributed.run_data_parallel(cfg, progress=progress)
@@ -249,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="sequences decoded together (same outputs and NFE as 1; halved on out-of-memory)")
     run_p.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
                        help="preallocated KV cache + CUDA graphs (default: on for CUDA, off on CPU)")
+    run_p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                       help="torch.compile the fast path's forward inside its graphs (default: on with the graphs; "
+                            "--no-compile keeps graphs only)")
     run_p.add_argument("--device-map", default=None, metavar="auto",
                        help="spread a model larger than one GPU over all GPUs (needs accelerate)")
     run_p.add_argument("--repeats", type=int, default=1, help="timed decodes per example and config; medians reported")

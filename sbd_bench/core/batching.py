@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..types import BlockView, Generation, Solver
-from .decoding import Counters, DecodeError, Decoder, _check_reveal, _clock
-from .masks import attention_mask
+from .decoding import Counters, DecodeError, Decoder, _check_reveal, _check_shape, _clock, to_host
+from .masks import Pattern
 
 
 @dataclass
@@ -87,8 +87,8 @@ class BatchDecoder:
 
         t0 = _clock(device)
         if longest > 1:  # 1. prefill all but the last prompt column, causally, padding hidden
-            mask = attention_mask(0, longest - 1, 0, lm.dtype, device, self.prompt_pad[:, :-1])
-            d.forward(ids[:, :-1], positions[:, :-1], mask, cache, phase="prefill")
+            d.forward(ids[:, :-1], positions[:, :-1], Pattern(longest - 1, 0, self.prompt_pad[:, :-1]), cache,
+                      phase="prefill", keep=1)
             self.committed = longest - 1
         t1 = _clock(device)
         if solver.decodes_blocks:  # 2. decode
@@ -165,7 +165,9 @@ class BatchDecoder:
                     logits = d.block_step(block[:, :0], block, start, cache, self._key_pad(absent))
                 chosen, tokens = self._select(solver, logits, masked, rows, working, step)
                 block = torch.where(chosen, tokens, block)
-                chosen_host, block_host = chosen.cpu(), block.cpu()
+                block_list, chosen_list = to_host(block, chosen)  # the forward's one device synchronisation
+                _check_reveal(solver, [chosen_list[b] for b in working], masked_host[working].tolist())
+                chosen_host, block_host = torch.tensor(chosen_list), torch.tensor(block_list)
                 masked_host &= ~chosen_host
                 for b in working:
                     self._after_forward(rows[b], b, chosen_host, block_host, masked_host, step)
@@ -182,7 +184,7 @@ class BatchDecoder:
             size, idx = sizes.pop(), torch.tensor(working, device=masked.device)
             view = BlockView(logits=logits[idx, :size], masked=masked[idx, :size].clone(), step=step)
             picked = solver.select(view)
-            _check_reveal(solver, picked, masked[idx, :size])
+            _check_shape(solver, picked, view.masked)
             chosen[idx, :size], tokens[idx, :size] = picked, view.tokens
             return chosen, tokens
         for b in working:  # row by row: own generator, own block size
@@ -190,7 +192,7 @@ class BatchDecoder:
             view = BlockView(logits=logits[b : b + 1, :size], masked=masked[b : b + 1, :size].clone(), step=step,
                              generator=rows[b].generator)
             picked = solver.select(view)
-            _check_reveal(solver, picked, masked[b : b + 1, :size])
+            _check_shape(solver, picked, view.masked)
             chosen[b, :size], tokens[b, :size] = picked[0], view.tokens[0]
         return chosen, tokens
 

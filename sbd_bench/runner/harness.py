@@ -175,7 +175,8 @@ def cost_curve_context(work, cfg: RunConfig) -> int:
 def _measure_cost_curve(lm, work, cfg: RunConfig, summary: dict) -> None:
     """The per-forward cost curve for the cost model; a failure here is recorded, never fatal."""
     try:
-        summary["cost_curve"] = measure_cost_curve(lm, cfg.block_size, cost_curve_context(work, cfg))
+        summary["cost_curve"] = measure_cost_curve(lm, cfg.block_size, cost_curve_context(work, cfg),
+                                                   fast=use_fast_path(cfg, lm), compile=cfg.compile)
     except Exception as exc:
         summary["cost_curve"], summary["cost_curve_error"] = None, f"{type(exc).__name__}: {exc}"
 
@@ -331,8 +332,10 @@ def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progr
     finally:
         writer.close()
         progress.close()
-        if use_fast_path(cfg, lm):  # which way the forwards ran (CUDA graphs, or why not)
-            summary["provenance"]["fast_path"] = FastPath.for_model(lm).status
+        if use_fast_path(cfg, lm):  # which way the forwards ran (compiled CUDA graphs, or why not), and
+            path = FastPath.for_model(lm, cfg.compile)  # what compiling and capturing cost (warm-up)
+            summary["provenance"].update(fast_path=path.status, fast_path_warmup_s=round(path.warmup_s, 3),
+                                         fast_path_graphs=path.captures)
         write_summary(out, summary, total)
 
 

@@ -121,8 +121,8 @@ def cmd_throughput(args) -> int:
     solvers = parse_solver_spec(args.solver, solver_registry(args.plugins))
     task = load_task(expand_tasks(args.task)[0])
     cfg = RunConfig(model=args.model, block_size=args.block_size, max_new_tokens=args.max_new_tokens,
-                    seed=args.seed, device=args.device, dtype=args.dtype, fast=args.fast, cost_curve=False,
-                    threads=args.threads)
+                    seed=args.seed, device=args.device, dtype=args.dtype, fast=args.fast, compile=args.compile,
+                    cost_curve=False, threads=args.threads)
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
     threads, threads_chosen = choose_threads(args.threads, lm)
     torch.set_num_threads(threads)
@@ -168,6 +168,8 @@ def add_cli(subparsers) -> None:
                    help="auto: bfloat16 on CUDA, float32 on CPU")
     p.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
                    help="preallocated KV cache + CUDA graphs (default: on for CUDA, off on CPU)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the fast path's forward inside its graphs (default: on with the graphs)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: as for `run`, 1 for a model under 100M parameters)")
     p.add_argument("--repeats", type=int, default=1, help="timed passes per point; the median is reported")

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -188,7 +189,14 @@ def test_progress_bar_is_drawn_on_a_terminal_that_reports_no_size(monkeypatch):
     bar.update(record("ntp", id="b"))
     bar.close()
     terminal.flush()
-    drawn = os.read(master, 65536).decode("utf-8", "replace")
+    # Linux hands pty output to the master side from a work queue: one read right after the write may
+    # see part of it on a loaded machine, so read until everything expected is there or 10 s pass
+    import select
+
+    drawn, deadline = "", time.monotonic() + 10
+    while not all(s in drawn for s in ("decoding", "2/2", "mini/b ntp")) and time.monotonic() < deadline:
+        if select.select([master], [], [], 0.2)[0]:
+            drawn += os.read(master, 65536).decode("utf-8", "replace")
     terminal.close()
     os.close(master)
     assert "decoding" in drawn and "2/2" in drawn and "mini/b ntp" in drawn, drawn

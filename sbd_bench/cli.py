@@ -3,29 +3,95 @@
 Subcommands live with the code they drive: a module listed in ``COMMAND_MODULES`` defines
 ``add_cli(subparsers)``, which adds its parser and sets ``func``. Such modules import torch and other
 heavy packages inside their functions, so that ``report`` and ``compare`` start fast.
-Bad input (any ``UsageError``) is one line on stderr and exit status 2, never a traceback.
+Bad input (any ``UsageError``) is one line on stderr and exit status 2, never a traceback; the other
+exit statuses are the ``EXIT_*`` constants below (also in every ``--help``).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
+import os
+import re
+import shlex
+import shutil
 import sys
 import time
+from collections import Counter
 
 from .types import UsageError
+
+EXIT_OK = 0
+EXIT_FAILED_SAMPLES = 1  # `run`: some samples failed (their records hold the error) or the run is incomplete
+EXIT_USAGE = 2  # bad input, refused before anything was lost
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM; the resume command is printed
+EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (`list | head`): 128 + SIGPIPE, as Unix tools report
 
 COMMAND_MODULES: list[str] = ["sbd_bench.training.train", "sbd_bench.analysis.report", "sbd_bench.analysis.compare",
                               "sbd_bench.analysis.roofline", "sbd_bench.runner.throughput"]  # each adds its own subcommand
 
 
-def _progress(done: int, total: int, elapsed: float, what: str) -> None:
-    if not sys.stderr.isatty() and done not in (1, total) and done % max(1, total // 20):
-        return  # in logs, about twenty lines per run
-    eta = elapsed / done * (total - done)
-    end = "\n" if done == total or not sys.stderr.isatty() else ""
-    print(f"\r[{done}/{total}] {elapsed:6.1f}s elapsed, ~{eta:5.0f}s left  {what[:60]:<60}", end=end,
-          file=sys.stderr, flush=True)
+class ProgressBar:
+    """A run's progress on stderr. On a terminal: a tqdm bar whose ETA comes from the mean rate since
+    the sweep began (so it settles instead of jumping with each sample), with messages printed above
+    it in full. In a log (not a terminal): one plain line at the first sample, about every 5% and at
+    the last. The first failure of each configuration is printed when it happens; `cmd_run` lists
+    every failing configuration again at the end."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.bar = None
+        self.failed: set[str] = set()
+        self.total = self.done = self.initial = 0
+        self.started = time.perf_counter()
+
+    def message(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def start(self, total: int, done: int) -> None:
+        self.total, self.done, self.initial, self.started = total, done, done, time.perf_counter()
+        if self.stream.isatty() and done < total:
+            from tqdm import tqdm
+
+            try:  # a terminal that reports no size (a bare pty) gets $COLUMNS x $LINES or 80 x 24: tqdm
+                sized = min(os.get_terminal_size(self.stream.fileno())) > 0  # would draw nothing at all
+            except (AttributeError, OSError, ValueError):
+                sized = False
+            fallback = shutil.get_terminal_size()
+            self.bar = tqdm(total=total, initial=done, file=self.stream, unit="sample", smoothing=0, desc="decoding",
+                            dynamic_ncols=sized, ncols=None if sized else fallback.columns,
+                            nrows=None if sized else fallback.lines)
+
+    def update(self, record: dict) -> None:
+        self.done += 1
+        label = f"{record['task']}/{record['id']} {record['config']}"
+        if record.get("error") and record["config"] not in self.failed:
+            self.failed.add(record["config"])
+            self.message(f"failed: {record['config']} on {record['task']}/{record['id']}: {record['error']}")
+        if self.bar is not None:
+            self.bar.set_postfix_str(label, refresh=False)
+            self.bar.update(1)
+            return
+        count, todo = self.done - self.initial, self.total - self.initial
+        if count in (1, todo) or count % max(1, todo // 20) == 0:
+            elapsed = time.perf_counter() - self.started
+            left = elapsed / count * (self.total - self.done)
+            print(f"[{self.done}/{self.total}] {elapsed:.0f}s elapsed, ~{left:.0f}s left, {label}",
+                  file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def check_device(device: str) -> None:
+    """Refuse a --device torch does not know before anything loads (the model loader checks again)."""
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
+        raise UsageError(f"unknown --device {device!r}: use auto, cpu, cuda or cuda:N")
 
 
 def cmd_run(args) -> int:
@@ -36,13 +102,19 @@ def cmd_run(args) -> int:
     from .runner.harness import RunConfig, resume, run
     from .tasks import expand_tasks
 
-    command = " ".join(["python -m sbd_bench", *sys.argv[1:]])
+    command = args.command_line
+    progress = ProgressBar()
     if args.resume and distributed.launched():
         raise UsageError("--resume runs in one process: resume a data-parallel run without torchrun")
     if args.resume:
-        run_dir = resume(Path(args.resume), progress=_progress, command=command)
+        out = Path(args.resume)
+        try:
+            run_dir = resume(out, progress=progress, command=command)
+        except KeyboardInterrupt:
+            return _interrupted(out, progress)
     else:
-        resolve_model_path(args.model)  # the cheapest check first: a typo in --model costs no work
+        resolve_model_path(args.model)  # the cheapest checks first: a typo in --model costs no work
+        check_device(args.device)
         if distributed.launched() and not args.out:
             raise UsageError("under torchrun pass --out DIR: every rank must name the same run folder")
         out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
@@ -52,18 +124,52 @@ def cmd_run(args) -> int:
                         attn_implementation=args.attn, command=command, repeats=args.repeats, warmup=args.warmup,
                         cost_curve=not args.no_cost_curve, report=not args.no_report, threads=args.threads,
                         chat_template=args.chat_template, thinking={"on": True, "off": False}.get(args.thinking),
-                        batch_size=args.batch_size, fast=args.fast, device_map=args.device_map)
-        if distributed.launched():
-            run_dir = distributed.run_data_parallel(cfg, progress=_progress)
-            if run_dir is None:  # not rank 0: rank 0 reports for the whole run
-                return 0
-        else:
-            run_dir = run(cfg, progress=_progress)
+                        batch_size=args.batch_size, fast=args.fast, compile=args.compile, device_map=args.device_map)
+        try:
+            if distributed.launched():
+                run_dir = distributed.run_data_parallel(cfg, progress=progress)
+                if run_dir is None:  # not rank 0: rank 0 reports for the whole run
+                    return 0
+            else:
+                run_dir = run(cfg, progress=progress)
+        except KeyboardInterrupt:
+            return _interrupted(out, progress)
     summary = json.loads((run_dir / "summary.json").read_text())
     _print_table(summary["rows"])
+    for line in failure_lines(summary):
+        print(line, file=sys.stderr)
+    failures = summary.get("failures") or []
     print(json.dumps({"run_dir": str(run_dir), "complete": summary["complete"], "rows": len(summary["rows"]),
-                      "failures": len(summary.get("failures") or [])}))
-    return 0 if summary["complete"] else 1
+                      "failures": len(failures)}))
+    return EXIT_OK if summary["complete"] and not failures else EXIT_FAILED_SAMPLES
+
+
+def _interrupted(out, progress: ProgressBar) -> int:
+    """Ctrl-C or SIGTERM: say what is kept and the exact command that finishes the run."""
+    progress.close()
+    if (out / "summary.json").exists():
+        print(f"\ninterrupted: the samples finished so far are kept in {out}; finish the run with\n"
+              f"  python -m sbd_bench run --resume {shlex.quote(str(out))}", file=sys.stderr)
+    else:
+        print(f"\ninterrupted before {out} held a summary: there is nothing to resume; start the run again",
+              file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def failure_lines(summary: dict) -> list[str]:
+    """One line per configuration with failed samples: how many of its samples, on which tasks, and why."""
+    failures = summary.get("failures") or []
+    configs = {r["config"] for r in summary.get("rows") or []} | {f["config"] for f in failures}
+    per_config = (summary.get("samples") or {}).get("planned", 0) // max(1, len(configs))
+    lines = []
+    for config in dict.fromkeys(f["config"] for f in failures):
+        mine = [f for f in failures if f["config"] == config]
+        tasks = Counter(f["task"] for f in mine)
+        errors = Counter(f["error"] for f in mine).most_common()
+        others = f" (and {len(errors) - 1} other error(s); all in samples.jsonl)" if len(errors) > 1 else ""
+        lines.append(f"failed: {config}: {len(mine)} of {per_config} samples "
+                     f"({', '.join(f'{t} {n}' for t, n in tasks.items())}): {errors[0][0]}{others}")
+    return lines
 
 
 def _print_table(rows: list[dict]) -> None:
@@ -97,12 +203,28 @@ def cmd_list(args) -> int:
     return 0
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the help already says it or there is none."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (action.option_strings and action.default not in (None, False, [], argparse.SUPPRESS)
+                and "default" not in text):
+            text += " (default: %(default)s)"
+        return text
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m sbd_bench", description="Set Block Decoding benchmark suite")
+    parser = argparse.ArgumentParser(prog="python -m sbd_bench", description="Set Block Decoding benchmark suite",
+                                     epilog="exit status: 0 done; 1 `run` with failed samples or incomplete, "
+                                            "`compare` with a regression; 2 bad input; 130 interrupted")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run_p = sub.add_parser("run", help="decode tasks with solver configurations and write records")
-    run_p.add_argument("--model", default="sbd-tiny", help="shipped model name or local HF folder (default: sbd-tiny)")
+    run_p = sub.add_parser("run", help="decode tasks with solver configurations and write records",
+                           epilog="exit status: 0 every sample decoded; 1 some samples failed (one line per failing "
+                                  "configuration at the end) or the run is incomplete; 2 bad input, nothing lost; "
+                                  "130 interrupted (the resume command is printed)")
+    run_p.add_argument("--model", default="sbd-tiny", help="shipped model name or local HF folder")
     run_p.add_argument("--solver", default="all",
                        help="'all', a name, a comma list, sweeps 'entropy_bounded:gamma=0.1,0.35;proxy=margin', "
                             "several joined by '+' (ntp is always added as the baseline)")
@@ -113,48 +235,64 @@ def build_parser() -> argparse.ArgumentParser:
                        help="benchmark prompts through the tokenizer's chat template (instruct/reasoning models)")
     run_p.add_argument("--thinking", choices=["on", "off"], default=None,
                        help="reasoning mode of the chat template (enable_thinking); default: the template's own")
-    run_p.add_argument("--block-size", type=int, default=16)
+    run_p.add_argument("--block-size", type=int, default=16, help="k, the positions decoded together in a block")
     run_p.add_argument("--max-new-tokens", type=int, default=None, help="default: each task's own budget")
-    run_p.add_argument("--limit", type=int, default=None, help="first N examples of each task")
-    run_p.add_argument("--seed", type=int, default=0)
+    run_p.add_argument("--limit", type=int, default=None, help="first N examples of each task (default: all)")
+    run_p.add_argument("--seed", type=int, default=0, help="seed of randomised solvers (random_order)")
     run_p.add_argument("--out", default=None, help="run folder (default: runs/DATE-TIME)")
     run_p.add_argument("--plugins", action="append", default=[], metavar="DIR", help="folder of solver .py files")
     run_p.add_argument("--device", default="auto", help="auto|cpu|cuda[:N]")
-    run_p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    run_p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                       help="auto: bfloat16 on CUDA, float32 on CPU")
     run_p.add_argument("--attn", default="sdpa", help="attention implementation: sdpa|eager|flash_attention_2")
     run_p.add_argument("--batch-size", type=int, default=1,
                        help="sequences decoded together (same outputs and NFE as 1; halved on out-of-memory)")
     run_p.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
                        help="preallocated KV cache + CUDA graphs (default: on for CUDA, off on CPU)")
+    run_p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                       help="torch.compile the fast path's forward inside its graphs (default: on with the graphs; "
+                            "--no-compile keeps graphs only)")
     run_p.add_argument("--device-map", default=None, metavar="auto",
                        help="spread a model larger than one GPU over all GPUs (needs accelerate)")
     run_p.add_argument("--repeats", type=int, default=1, help="timed decodes per example and config; medians reported")
-    run_p.add_argument("--warmup", type=int, default=1, help="unrecorded decodes per config before timing (default 1)")
+    run_p.add_argument("--warmup", type=int, default=1, help="unrecorded decodes per config before timing")
     run_p.add_argument("--resume", metavar="RUN_DIR", default=None,
                        help="finish an interrupted run with its own settings (other flags are ignored)")
     run_p.add_argument("--threads", type=int, default=None,
-                       help="torch CPU threads (default: torch's); 1 gives steadier timings on a shared machine")
+                       help="torch CPU threads (default: 1 for a model under 100M parameters on the CPU, else the "
+                            "cores the machine's load leaves free; recorded in provenance)")
     run_p.add_argument("--no-cost-curve", action="store_true", help="skip timing the 1, k, 2k-token forwards")
     run_p.add_argument("--no-report", action="store_true", help="skip writing report.md and the plots")
     run_p.set_defaults(func=cmd_run)
 
     list_p = sub.add_parser("list", help="list solvers (with parameters and defaults) and tasks")
-    list_p.add_argument("--plugins", action="append", default=[], metavar="DIR")
+    list_p.add_argument("--plugins", action="append", default=[], metavar="DIR",
+                        help="folder of solver .py files, listed with the built-in ones")
     list_p.set_defaults(func=cmd_list)
 
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_cli(sub)
+    for command in sub.choices.values():
+        command.formatter_class = DefaultsHelpFormatter
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args.command_line = " ".join(["python -m sbd_bench", *map(shlex.quote, argv)])  # as recorded in provenance
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # a reader that went away shows up here, not in the interpreter's exit
+        return status
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except KeyboardInterrupt:
-        print("\ninterrupted: finished samples are kept in the run folder", file=sys.stderr)
-        return 130
+        print("\ninterrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `list | head`: stop quietly; stdout goes to /dev/null so the interpreter's final flush is silent
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE

@@ -1,14 +1,22 @@
 """The command line end to end on tiny models: records, plugins, sweeps, and one-line errors."""
+import argparse
+import io
 import json
+import os
+import re
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from sbd_bench.cli import main
+from sbd_bench.cli import ProgressBar, build_parser, main
 from sbd_bench.types import SAMPLE_FIELDS, SUMMARY_ROW_FIELDS
 
+ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = textwrap.dedent('''
     from dataclasses import dataclass
     from typing import ClassVar
@@ -105,3 +113,180 @@ def test_errors_exit_cleanly_from_a_real_process(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith("error: model folder") and len(proc.stderr.strip().splitlines()) == 1
+
+
+FAILING_PLUGIN = textwrap.dedent('''
+    from dataclasses import dataclass
+    from typing import ClassVar
+    from sbd_bench.types import BlockView, Solver
+
+    @dataclass(frozen=True)
+    class AlwaysFails(Solver):
+        name: ClassVar[str] = "always_fails"
+        description: ClassVar[str] = "test plugin"
+
+        def select(self, view: BlockView):
+            raise RuntimeError("planted: this solver fails on every example, and its message is long enough "
+                               "to be cut by a sixty-character progress line")
+''')
+
+
+def test_failed_samples_exit_1_and_are_listed_at_the_end(tiny_models, tasks_file, tmp_path):
+    """A real process (as a user runs it, stderr not a terminal): exit status 1, the first failure of
+    the configuration printed in full when it happens, one line per failing configuration at the end."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "always_fails.py").write_text(FAILING_PLUGIN)
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "sbd_bench", "run", "--model", str(tiny_models["llama"]), "--task",
+                           str(tasks_file), "--plugins", str(plugins), "--solver", "always_fails", "--block-size", "4",
+                           "--max-new-tokens", "8", "--no-report", "--no-cost-curve", "--warmup", "0", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    reason = ("RuntimeError: planted: this solver fails on every example, and its message is long enough to be cut "
+              "by a sixty-character progress line")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    err = proc.stderr.splitlines()
+    assert f"failed: always_fails on mini/a: {reason}" in err  # when it happened, in full
+    assert err[-1] == f"failed: always_fails: 2 of 2 samples (mini 2): {reason}"  # the end: one line per config
+    assert "Traceback" not in proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["failures"] == 2
+    assert "[4/4]" in proc.stderr  # the plain progress lines of a log (not a terminal)
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def record(config, id="a", error=None, task="mini"):
+    return {"task": task, "id": id, "config": config, "error": error}
+
+
+def test_progress_bar_on_a_terminal_prints_messages_above_it_uncut():
+    stream = FakeTerminal()
+    bar = ProgressBar(stream)
+    bar.message("models/x on cpu, 1 thread(s)")
+    bar.start(total=4, done=1)
+    long_config = "entropy_bounded:gamma=0.35,proxy=entropy+a_label_longer_than_sixty_characters_in_all"
+    bar.update(record(long_config, error="RuntimeError: " + "x" * 100))
+    bar.update(record(long_config, id="b", error="RuntimeError: again"))  # the same configuration: once only
+    bar.update(record("ntp", id="c"))
+    bar.close()
+    text = stream.getvalue()
+    assert f"failed: {long_config} on mini/a: RuntimeError: {'x' * 100}\n" in text
+    assert "again" not in text
+    assert "4/4" in text and "decoding" in text and "\r" in text  # a tqdm bar, redrawn in place
+
+
+def test_progress_bar_is_drawn_on_a_terminal_that_reports_no_size(monkeypatch):
+    """A fresh pseudo-terminal reports 0 x 0: tqdm then computes -1 rows and drew nothing at all."""
+    master, slave = os.openpty()
+    terminal = os.fdopen(slave, "w", encoding="utf-8")
+    monkeypatch.setattr(sys, "stderr", terminal)  # tqdm measures only the real stderr/stdout
+    bar = ProgressBar()
+    bar.start(total=2, done=0)
+    bar.update(record("ntp", id="a"))
+    bar.update(record("ntp", id="b"))
+    bar.close()
+    terminal.flush()
+    # Linux hands pty output to the master side from a work queue: one read right after the write may
+    # see part of it on a loaded machine, so read until everything expected is there or 10 s pass
+    import select
+
+    drawn, deadline = "", time.monotonic() + 10
+    while not all(s in drawn for s in ("decoding", "2/2", "mini/b ntp")) and time.monotonic() < deadline:
+        if select.select([master], [], [], 0.2)[0]:
+            drawn += os.read(master, 65536).decode("utf-8", "replace")
+    terminal.close()
+    os.close(master)
+    assert "decoding" in drawn and "2/2" in drawn and "mini/b ntp" in drawn, drawn
+
+
+def test_progress_in_a_log_is_sparse_and_uncut():
+    stream = io.StringIO()
+    bar = ProgressBar(stream)
+    bar.start(total=100, done=0)
+    for i in range(100):
+        bar.update(record(f"config_{i}_" + "y" * 70, id=str(i)))
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 21 and "\r" not in stream.getvalue()  # the first, every 5%, no carriage returns
+    assert lines[-1].startswith("[100/100]") and lines[-1].endswith(f"mini/99 config_99_{'y' * 70}")
+
+
+def test_threads_default_to_one_for_a_small_model_and_are_recorded(tiny_models, tasks_file, tmp_path, capsys):
+    common = ["run", "--model", str(tiny_models["llama"]), "--task", str(tasks_file), "--solver", "ntp",
+              "--block-size", "4", "--max-new-tokens", "4", "--no-report", "--no-cost-curve"]
+    for extra, threads, chosen in (([], 1, "auto: 1 for a model of"), (["--threads", "2"], 2, "--threads 2")):
+        out = tmp_path / f"run{threads}"
+        assert main([*common, *extra, "--out", str(out)]) == 0
+        provenance = json.loads((out / "summary.json").read_text())["provenance"]
+        assert provenance["threads"] == threads and provenance["threads_chosen"].startswith(chosen)
+    assert "1 thread(s) (auto: 1 for a model of" in capsys.readouterr().err
+
+
+def test_threads_rule_for_larger_models_and_gpus(monkeypatch):
+    import torch
+
+    from sbd_bench.runner.harness import choose_threads
+
+    def lm(parameters, device="cpu"):
+        weights = [SimpleNamespace(numel=lambda: parameters)]
+        return SimpleNamespace(device=torch.device(device), model=SimpleNamespace(parameters=lambda: weights))
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 16)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setattr(os, "getloadavg", lambda: (5.4, 0.0, 0.0))
+    assert choose_threads(None, lm(99_999_999))[0] == 1
+    assert choose_threads(None, lm(100_000_000)) == (11, "auto: 11 of 16 cores (load average 5.4); set --threads "
+                                                          "to override")
+    monkeypatch.setattr(os, "getloadavg", lambda: (40.0, 0.0, 0.0))
+    assert choose_threads(None, lm(8_000_000_000))[0] == 1  # a saturated machine: still one
+    assert choose_threads(3, lm(10)) == (3, "--threads 3")
+    assert choose_threads(None, lm(10, "meta"))[0] == 16  # not on the CPU: torch's default
+
+
+def test_every_option_has_help_and_shows_its_default():
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(commands) >= {"run", "list", "train", "report", "compare", "roofline", "throughput"}
+    for name, command in commands.items():
+        text = "".join(command.format_help().split())  # help wraps lines, at hyphens too
+        for action in command._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"{name} {action.option_strings[0]} has no help"
+                if action.default not in (None, False, []):
+                    assert f"(default:{action.default})".replace(" ", "") in text or "default" in action.help, \
+                        f"{name} {action.option_strings[0]}: default {action.default!r} not shown"
+    proc = subprocess.run([sys.executable, "-m", "sbd_bench", "train", "--help"], capture_output=True, text=True)
+    help_text = " ".join(proc.stdout.split())
+    assert proc.returncode == 0 and "--steps STEPS optimizer steps (the cosine schedule ends here) (default: 2000)" \
+        in help_text and "hidden 192" in help_text
+
+
+def test_train_defaults_build_the_shipped_model():
+    """Plain `train` builds sbd-tiny's architecture with its learning rate (only the steps differ)."""
+    shipped = json.loads((ROOT / "models" / "sbd-tiny" / "training_args.json").read_text())
+    defaults = vars(build_parser().parse_args(["train"]))
+    for key in ("hidden_size", "layers", "heads", "intermediate_size", "max_positions", "lr", "batch_size",
+                "block_size", "min_block_size", "warmup", "data", "objective"):
+        assert defaults[key] == shipped[key], key
+
+
+def test_readme_commands_write_under_runs():
+    """The README's commands never write into the committed results/ (`throughput` overwrote a JSON there)."""
+    readme = (ROOT / "README.md").read_text().replace("\\\n", " ")  # continued lines joined
+    commands = re.findall(r"python -m sbd_bench (?:run|throughput|train)\b[^\n]*", readme)
+    assert commands and all("--out results/" not in c for c in commands), \
+        [c for c in commands if "--out results/" in c]
+
+
+def test_throughput_writes_under_runs_by_default(tiny_models, tasks_file, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["throughput", "--model", str(tiny_models["llama"]), "--task", str(tasks_file), "--solver", "fixed_k",
+                 "--batch-sizes", "1", "--limit", "1", "--block-size", "4", "--max-new-tokens", "4",
+                 "--device", "cpu"]) == 0
+    written = list((tmp_path / "runs").glob("throughput-*.json"))
+    assert len(written) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["mini.jsonl", "runs"]
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["out"] == str(written[0].relative_to(tmp_path))
+    result = json.loads(written[0].read_text())
+    assert result["threads"] == 1 and result["threads_chosen"].startswith("auto: 1 for a model of")

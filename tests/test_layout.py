@@ -36,7 +36,7 @@ def test_the_layering_holds():
 
 @pytest.mark.parametrize("where, after, line, broken", [
     # the core learns of runs: an upward import
-    ("sbd_bench/core/decoding.py", "from .masks import attention_mask\n", "from ..runner import harness  # noqa\n",
+    ("sbd_bench/core/decoding.py", "from .masks import Pattern\n", "from ..runner import harness  # noqa\n",
      "Layers: the CLI on top"),
     # reporting pulls in torch
     ("sbd_bench/analysis/report.py", "from .roofline import prediction_columns\n", "import torch  # noqa\n",

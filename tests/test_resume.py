@@ -2,6 +2,7 @@
 what is missing, and the records then equal those of an uninterrupted run (timings aside); a
 configuration that fails is recorded with its error and the sweep goes on."""
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -51,6 +52,21 @@ class TermOnce(Solver):
         CALLS[0] += 1
         if CALLS[0] == self.at_call:
             os.kill(os.getpid(), signal.SIGTERM)  # a real signal to this very process
+        return reveal_top(view.confidence, view.masked, 2)
+''',
+    "gate_plugin.py": '''
+import os, time
+from dataclasses import dataclass
+from typing import ClassVar
+from sbd_bench.types import Solver, reveal_top
+
+@dataclass(frozen=True)
+class Gated(Solver):
+    name: ClassVar[str] = "gated"
+    gate: str = ""
+    def select(self, view):
+        while self.gate and os.path.exists(self.gate):  # holds the run until the test removes the file
+            time.sleep(0.01)
         return reveal_top(view.confidence, view.masked, 2)
 ''',
     "fail_plugin.py": '''
@@ -115,7 +131,8 @@ def test_killed_run_resumes_to_the_uninterrupted_records(setup, tmp_path):
     assert comparable(after) == comparable(expected)
     assert comparable(before).items() <= comparable(after).items()  # the finished samples were kept
     summary = json.loads((killed / "summary.json").read_text())
-    assert summary["complete"] is True and len(summary["resumed"]) == 1
+    assert summary["complete"] is True and len(summary["provenance"]["resumed"]) == 1 and "resumed" not in summary
+    assert (killed / "run.lock").exists() is False  # the killed run's lock file was taken over, then removed
 
 
 def test_sigterm_marks_incomplete_and_resume_finishes(setup, tmp_path):
@@ -129,7 +146,13 @@ def test_sigterm_marks_incomplete_and_resume_finishes(setup, tmp_path):
     assert 0 < len(recorded) < 12 and summary["rows"]
     with pytest.raises(UsageError, match="--resume"):
         run(cfg)  # starting afresh in the same folder would lose the records
+    summary["resumed"] = [{"command": "an older resumption"}]  # where folders before resumptions moved kept it
+    (out / "summary.json").write_text(json.dumps(summary))
     assert main(["run", "--resume", str(out)]) == 0  # through the CLI this time
+    summary = json.loads((out / "summary.json").read_text())
+    assert "resumed" not in summary  # the README's place: provenance.resumed, the older entry first
+    assert [r["command"] for r in summary["provenance"]["resumed"]][0] == "an older resumption"
+    assert summary["provenance"]["resumed"][1]["command"].startswith("python -m sbd_bench run --resume")
     records = read_records(out / "samples.jsonl")
     assert len(records) == len({metrics.sample_key(r) for r in records}) == 12
     assert json.loads((out / "summary.json").read_text())["complete"] is True
@@ -152,3 +175,75 @@ def test_resume_of_a_folder_that_is_not_a_run(tmp_path, capsys):
     assert main(["run", "--resume", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "not a run folder" in err
+
+
+def sbd_process(*args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "sbd_bench", *map(str, args)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_one_writer_per_folder_and_ctrl_c_prints_the_resume_command(setup, tmp_path):
+    """While a run writes a folder, a second `run --out` and a `run --resume` of it are refused in one
+    line naming the holder; Ctrl-C then prints the exact resume command, and that command finishes
+    the run with every sample once."""
+    out, gate = tmp_path / "busy run", tmp_path / "gate"  # a space: the printed command must quote it
+    gate.touch()
+    args = ["run", "--model", setup["model"], "--task", setup["task"], "--solver", f"gated:gate={gate}+fixed_k:k=2",
+            "--block-size", "4", "--max-new-tokens", "8", "--plugins", setup["plugins"]["gate"], "--no-report",
+            "--no-cost-curve", "--threads", "1", "--warmup", "0", "--out", out]
+    first = sbd_process(*args)
+    samples, deadline = out / "samples.jsonl", time.time() + 120
+    while time.time() < deadline and first.poll() is None:
+        if samples.exists() and samples.read_text().count("\n") >= 1:  # ntp's first sample; gated waits
+            break
+        time.sleep(0.02)
+    assert first.poll() is None, first.stderr.read()[-2000:]
+    for second in (args, ["run", "--resume", out]):
+        proc = subprocess.run([sys.executable, "-m", "sbd_bench", *map(str, second)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        err = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(err) == 1, proc.stderr[-2000:]
+        assert f"is being written by another run (pid {first.pid}" in err[0]
+    assert first.poll() is None  # the refusals did not disturb the first run
+    first.send_signal(signal.SIGINT)  # while it waits at the gate
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 130, err[-2000:]
+    gate.unlink()  # the resumed run decodes freely
+    command = err.strip().splitlines()[-1].strip()
+    assert command == f"python -m sbd_bench run --resume '{out}'"
+    finish = subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert finish.returncode == 0, finish.stderr[-2000:]
+    records = read_records(samples)
+    assert len(records) == len({metrics.sample_key(r) for r in records}) == 18  # none twice, none lost
+    assert not (out / "run.lock").exists()
+
+
+def test_records_without_a_summary_are_continued_by_run_out(setup, tmp_path, capsys):
+    """A folder with samples.jsonl but no summary.json: `--resume` cannot know the settings and says
+    so; the command that started it, run again, keeps its records and decodes only the rest. A record
+    that is not part of that command's plan is refused, and the refusal changes nothing."""
+    cfg = config(setup, tmp_path / "whole", "fixed_k:k=2", "slow")
+    whole = read_records(run(cfg) / "samples.jsonl")
+    out = tmp_path / "cut"
+    out.mkdir()
+    (out / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in whole[:5]))
+    assert main(["run", "--resume", str(out)]) == 2
+    assert "no summary.json" in capsys.readouterr().err
+
+    argv = ["run", "--model", setup["model"], "--task", setup["task"], "--solver", "fixed_k:k=2", "--block-size", "4",
+            "--max-new-tokens", "8", "--no-report", "--no-cost-curve", "--threads", "1", "--out", str(out)]
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "samples.jsonl").write_text(json.dumps({**whole[0], "config": "fixed_k:k=3"}) + "\n")
+    before = sorted(p.name for p in foreign.iterdir()), (foreign / "samples.jsonl").read_bytes()
+    assert main([*argv[:-1], str(foreign)]) == 2
+    assert "is not a sample of this command's run" in capsys.readouterr().err
+    assert (sorted(p.name for p in foreign.iterdir()), (foreign / "samples.jsonl").read_bytes()) == before
+
+    assert main(argv) == 0
+    records = read_records(out / "samples.jsonl")
+    assert records[:5] == whole[:5]  # kept as they were
+    assert comparable(records) == comparable(whole)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] and summary["provenance"]["resumed"][0]["records_kept"] == 5

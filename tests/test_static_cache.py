@@ -86,21 +86,23 @@ def test_fast_decoder_decodes_like_the_reference(lm):
 
 
 def test_fast_path_reuses_one_cache_per_batch_size(lm):
-    from sbd_bench.core.fastpath import CAPACITY_STEP, FastPath
+    from sbd_bench.core.fastpath import CAPACITY_MIN, FastPath
 
     path = FastPath.for_model(lm)
     assert FastPath.for_model(lm) is path  # one per model: caches outlive each Decoder
     first = path.cache(2, 10)
-    assert first.capacity == CAPACITY_STEP and path.cache(2, 100) is first and first.length == 0
-    bigger = path.cache(2, CAPACITY_STEP + 1)
-    assert bigger is not first and bigger.capacity == 2 * CAPACITY_STEP
+    assert first.capacity == CAPACITY_MIN and path.cache(2, 100) is first and first.length == 0
+    bigger = path.cache(2, CAPACITY_MIN + 1)  # powers of two: few reallocations, few recompiles
+    assert bigger is not first and bigger.capacity == 2 * CAPACITY_MIN
+    assert path.cache(2, 4 * CAPACITY_MIN).capacity == 4 * CAPACITY_MIN
     assert path.cache(3, 10) is not bigger
     FastPath.release(lm)  # after an out-of-memory: the buffers go, the next batch allocates its own
     assert path.cache(2, 10) is not bigger
 
 
 def test_gpu_check_script_runs_tiny_on_cpu(tmp_path):
-    """The H200 script cannot run here; --tiny runs the same code on a tiny CPU model."""
+    """The H200 script cannot run here; --tiny runs the same code on a tiny CPU model, compiled (the
+    graphs aside), to the end: every section, the targets with a verdict each."""
     import json
     import os
     import subprocess
@@ -109,15 +111,21 @@ def test_gpu_check_script_runs_tiny_on_cpu(tmp_path):
 
     root = Path(__file__).resolve().parent.parent
     out = tmp_path / "check.json"
-    done = subprocess.run([sys.executable, str(root / "scripts" / "gpu_check.py"), "--tiny", "--tokens", "6",
-                           "--out", str(out)], capture_output=True, text=True, timeout=300,
+    done = subprocess.run([sys.executable, str(root / "scripts" / "gpu_check.py"), "--tiny", "--tokens", "8",
+                           "--out", str(out)], capture_output=True, text=True, timeout=900,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
-    for section in ("model", "bandwidth", "ntp_batch_1", "block_forward_batch_1", "batch_sweep", "targets"):
-        assert section in result
-    assert result["ntp_batch_1"]["leading_tokens_equal"]["fast_vs_eager"] == 6  # float32: the same tokens
-    assert [row["batch"] for row in result["batch_sweep"]] == [1, 2, 4]
+    sections = ("model", "bandwidth", "warmup", "forward_batch_1", "ntp_batch_1", "fixed_k_batch_1", "cuda_rng",
+                "records", "gpu_tests", "batch_sweep", "targets")
+    assert not result["skipped"] and all("error" not in result[s] for s in sections if isinstance(result[s], dict))
+    assert result["ntp_batch_1"]["leading_tokens_equal"]["fast_vs_eager"] == 8  # float32: the same tokens
+    assert result["warmup"]["status"] == "static cache, torch.compile (graphs need CUDA)"
+    assert result["records"]["identical"] and result["records"]["samples"] > 0
+    assert [row["batch"] for row in result["batch_sweep"]] == [1, 2]
+    assert {t["verdict"] for t in result["targets"].values()} <= {"n/a", "PASS"}
+    assert result["targets"]["records_identical"]["verdict"] == "PASS"
+    assert "PASS     records_identical" in done.stdout
 
 
 def test_sliding_window_models_keep_the_reference_cache():
@@ -143,6 +151,7 @@ def test_run_with_fast_records_the_same_samples_and_the_path(lm, tmp_path):
         run(RunConfig(model=lm.path, tasks=[str(task)], solvers="entropy_bounded", out=out, block_size=4,
                       max_new_tokens=8, device="cpu", dtype="float32", fast=fast, cost_curve=False, report=False))
         runs[fast] = [(r["config"], r["output_ids"], r["nfe"]) for r in read_records(out / "samples.jsonl")]
-        status = json.loads((out / "summary.json").read_text())["provenance"].get("fast_path")
-        assert status == ("static cache, eager (graphs need CUDA)" if fast else None)
+        provenance = json.loads((out / "summary.json").read_text())["provenance"]
+        assert provenance.get("fast_path") == ("static cache, eager (graphs need CUDA)" if fast else None)
+        assert provenance.get("fast_path_warmup_s") == (0.0 if fast else None)  # nothing compiled or captured
     assert runs[True] == runs[False]

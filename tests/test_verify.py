@@ -67,9 +67,9 @@ class DraftingLlama(ScriptedLlama):
 class TracingDecoder(Decoder):
     """Records (cache length before, query tokens) of every forward, and the text each one carries."""
 
-    def forward(self, ids, positions, mask, cache, phase="decode"):
+    def forward(self, ids, positions, pattern, cache, phase="decode", keep=0):
         self.trace.append((phase, cache.length, ids.shape[1]))
-        return super().forward(ids, positions, mask, cache, phase)
+        return super().forward(ids, positions, pattern, cache, phase, keep)
 
     def carry_step(self, pending, block, start, cache, key_pad=None):
         if pending.shape[1]:

@@ -17,12 +17,13 @@ Exit status: 0 pass, 1 regression, 2 bad input. The last stdout line is JSON.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
 from ..types import UsageError
 from .metrics import example_key, is_verified, summarize
-from .records import load_run, write_text_atomic
+from .records import check_output_file, load_run, write_text_atomic
 
 
 class CompareError(UsageError):
@@ -129,8 +130,12 @@ HEADER = ["config", "task", "nfe base", "nfe run", "acc base", "acc run", "tok/f
 
 def cmd_compare(args) -> int:
     tol = {"nfe": args.nfe_tol, "tpf": args.tpf_tol, "accuracy": args.accuracy_tol, "wall": args.wall_tol}
-    if any(v < 0 for v in tol.values()):
-        raise UsageError("tolerances must be >= 0 (0 means any change fails)")
+    for name, value in tol.items():
+        if not (math.isfinite(value) and value >= 0):  # nan compares false with everything: it would turn a check off
+            flag = {"tpf": "--tpf-tol", "accuracy": "--accuracy-tol"}.get(name, f"--{name}-tol")
+            raise UsageError(f"{flag} must be a number >= 0 (got {value}); 0 means any change fails")
+    if args.out:
+        check_output_file(Path(args.out))
     body, regressions, notes = compare_runs(Path(args.baseline), Path(args.run), tol)
     table = "\n".join(["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
                       + ["| " + " | ".join(row) + " |" for row in body])

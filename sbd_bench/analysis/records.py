@@ -9,7 +9,9 @@ A run folder holds:
 from __future__ import annotations
 
 import json
+import math
 import os
+import time
 from pathlib import Path
 
 from ..types import SAMPLE_FIELDS, SCHEMA_VERSION, UsageError
@@ -50,23 +52,94 @@ class RecordWriter:
         self.handle.close()
 
 
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _seconds(value) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                             and math.isfinite(value) and value >= 0)
+
+
+def _counts(value) -> bool:
+    return isinstance(value, list) and all(_count(v) for v in value)
+
+
+def _text_or_none(value) -> bool:
+    return value is None or isinstance(value, str)
+
+
+# field -> (check, what it must be): every field a reader computes with, checked once when records
+# are read, so that a damaged or hand-edited line is one clear error instead of a traceback later
+FIELD_TYPES = {
+    "task": (lambda v: isinstance(v, str), "a string"),
+    "id": (lambda v: isinstance(v, (str, int)) and not isinstance(v, bool), "a string or an integer"),
+    "solver": (lambda v: isinstance(v, str), "a string"),
+    "config": (lambda v: isinstance(v, str), "a string"),
+    "params": (lambda v: isinstance(v, dict), "an object"),
+    "block_size": (lambda v: _count(v) and v >= 1, "an integer >= 1"),
+    "repeat": (_count, "an integer >= 0"),
+    "prompt_tokens": (_count, "an integer >= 0"),
+    "output_ids": (_counts, "a list of integers >= 0"),
+    "output_text": (lambda v: isinstance(v, str), "a string"),
+    "stop_reason": (_text_or_none, "a string"),
+    "tokens": (_count, "an integer >= 0"),
+    "nfe": (_count, "an integer >= 0"),
+    "prefill_forwards": (_count, "an integer >= 0"),
+    "revealed_per_forward": (_counts, "a list of integers >= 0"),
+    "forwards_per_block": (_counts, "a list of integers >= 0"),
+    "wall_time_s": (_seconds, "a number >= 0 or null"),
+    "prefill_time_s": (_seconds, "a number >= 0 or null"),
+    "decode_time_s": (_seconds, "a number >= 0 or null"),
+    "correct": (lambda v: v is None or isinstance(v, bool), "true, false or null"),
+    "answer": (_text_or_none, "a string or null"),
+    "error": (_text_or_none, "a string or null"),
+    "peak_memory_bytes": (lambda v: v is None or _count(v), "an integer >= 0 or null"),
+    "memory": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "prompt_hash": (_text_or_none, "a string or null"),
+    "batch_size": (lambda v: _count(v) and v >= 1, "an integer >= 1"),
+}
+
+
+def check_record(record, where: str) -> None:
+    """Raise ``RunFolderError`` naming ``where`` (file:line) and the field when a record is malformed."""
+    if not isinstance(record, dict):
+        raise RunFolderError(f"{where}: expected a JSON object (one sample record per line); delete that line "
+                             f"or re-run into a new folder")
+    missing = [f for f in REQUIRED_SAMPLE_FIELDS if f not in record]
+    if missing:
+        raise RunFolderError(f"{where} lacks {', '.join(missing)}: records of another schema version (this sbd_bench "
+                             f"writes {', '.join(SAMPLE_FIELDS[:4])}, ...); re-run it")
+    for name, (valid, what) in FIELD_TYPES.items():
+        if name in record and not valid(record[name]):
+            raise RunFolderError(f"{where}: field '{name}' is {json.dumps(record[name])[:40]}, it must be {what}: "
+                                 f"the record is damaged; correct or delete that line (then `run --resume` "
+                                 f"decodes it again)")
+
+
 def read_records(path: Path) -> list[dict]:
-    """Every complete line of a samples file. A last line cut short by a killed process is skipped
-    (``repair_tail`` removes it before more are appended); a bad line elsewhere is an error."""
+    """Every complete line of a samples file, each checked field by field (``check_record``). A last
+    line cut short by a killed process is skipped (``repair_tail`` removes it before more are
+    appended); a bad line elsewhere is an error naming the file and the line."""
     if not path.exists():
         return []
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines = path.read_bytes().splitlines(keepends=True)
     records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    for number, raw in enumerate(lines, start=1):
+        last_cut = number == len(lines) and not raw.endswith(b"\n")
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number == len(lines) and not line.endswith("\n"):
+            line = raw.decode("utf-8")
+            if not line.strip():
+                continue
+            record = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if last_cut:
                 break  # a write interrupted mid-line
-            raise RunFolderError(f"{path}:{number} is not valid JSON: the records are damaged; "
+            what = "is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "is not valid JSON"
+            raise RunFolderError(f"{path}:{number} {what}: the records are damaged; "
                                  f"delete that line or re-run into a new folder") from None
+        check_record(record, f"{path}:{number}")
+        records.append(record)
     return records
 
 
@@ -83,16 +156,27 @@ def repair_tail(path: Path) -> None:
 def read_summary(run_dir: Path) -> dict:
     path = Path(run_dir) / SUMMARY
     if not path.exists():
+        if (Path(run_dir) / SAMPLES).exists():
+            raise RunFolderError(f"{run_dir} holds {SAMPLES} but no {SUMMARY}, so its settings are unknown: continue it "
+                                 f"by running the command that started it again, with `--out {run_dir}` (the records "
+                                 f"there are kept and checked against that command's plan)")
         raise RunFolderError(f"{run_dir} has no {SUMMARY}: it is not a run folder "
                              f"(make one with `python -m sbd_bench run --out {run_dir}`)")
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise RunFolderError(f"{path} is not valid JSON ({exc.msg}): re-run `python -m sbd_bench run --resume {run_dir}`") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        why = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
+        raise RunFolderError(f"{path} is not valid JSON ({why}): the summary is damaged; delete it and continue the "
+                             f"run with the command that started it and `--out {run_dir}`") from None
     version = summary.get("schema_version") if isinstance(summary, dict) else None
     if version != SCHEMA_VERSION:
         raise RunFolderError(f"{run_dir} holds records of schema version {version}, this sbd_bench reads version "
                              f"{SCHEMA_VERSION}: re-run it with this version, or read it with the sbd_bench that wrote it")
+    for name, kind in (("provenance", dict), ("rows", list), ("failures", list)):
+        if summary.get(name) is not None and not isinstance(summary[name], kind):
+            raise RunFolderError(f"{path}: field '{name}' must be a JSON {'object' if kind is dict else 'list'}: "
+                                 f"the summary is damaged; delete it and continue the run with the command that "
+                                 f"started it and `--out {run_dir}`")
     return summary
 
 
@@ -106,9 +190,113 @@ def load_run(run_dir: Path) -> tuple[dict, list[dict]]:
     if not records:
         raise RunFolderError(f"{run_dir} has no records ({SAMPLES} is missing or empty): the run finished no "
                              f"sample; finish it with `python -m sbd_bench run --resume {run_dir}`")
-    for number, rec in enumerate(records, start=1):
-        missing = [f for f in REQUIRED_SAMPLE_FIELDS if f not in rec]
-        if missing:
-            raise RunFolderError(f"{run_dir / SAMPLES}:{number} lacks {', '.join(missing)}: records of another schema "
-                                 f"version (this sbd_bench writes {', '.join(SAMPLE_FIELDS[:4])}, ...); re-run it")
     return summary, records
+
+
+# ------------------------------------------------------------------------------------ output paths
+def prepare_output_folder(path: Path, flag: str = "--out", keep: bool = True) -> list[Path]:
+    """Make sure ``path`` can be written as a folder before any work starts: refuse a file, a path
+    under a file, and a place that cannot be written (permissions, a read-only or special file system
+    such as /proc), each in one line. Creates what is missing and returns the folders it created; with
+    ``keep=False`` it removes them again (a probe that leaves nothing behind)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise RunFolderError(f"{flag} {path} is a file, not a folder: give a folder path")
+    existing = next(p for p in (path, *path.parents) if p.exists() or p == Path(p.anchor or "."))
+    if not existing.is_dir():
+        raise RunFolderError(f"{flag} {path} lies under {existing}, which is a file: give a folder path")
+    created = [p for p in (path, *path.parents) if not p.exists()][::-1]  # outermost first
+    try:
+        for folder in created:
+            folder.mkdir()
+        probe = path / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        remove_empty_folders(created)
+        raise RunFolderError(f"cannot write to {flag} {path} ({exc.strerror or exc}): give a folder you can "
+                             f"write to") from None
+    if not keep:
+        remove_empty_folders(created)
+        return []
+    return created
+
+
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Remove the folders (given outermost first) that are still empty, innermost first."""
+    for folder in reversed(folders):
+        try:
+            folder.rmdir()
+        except OSError:
+            pass  # not empty, or gone: leave it
+
+
+def check_output_file(path: Path, flag: str = "--out") -> None:
+    """Refuse, before any work, an output file path that is a folder or whose folder cannot be written."""
+    path = Path(path)
+    if path.is_dir():
+        raise RunFolderError(f"{flag} {path} is a folder: give a file name, e.g. {path / 'throughput.json'}")
+    prepare_output_folder(path.parent, flag, keep=False)
+
+
+# ------------------------------------------------------------------------------------- the run lock
+LOCK = "run.lock"
+
+
+class RunFolderBusy(RunFolderError):
+    """Another process is writing the run folder."""
+
+
+class RunFolderLock:
+    """One writer per run folder: an exclusive ``flock`` on ``run.lock`` in the folder, held for the
+    run's life, the file holding the holder's pid and command. A second writer is refused at once.
+    The file is removed on release (while still locked; a waiter that locked the removed file notices
+    that the path now names another file, and tries again), so a finished folder holds no lock file.
+
+        with RunFolderLock(Path("runs/x"), command="python -m sbd_bench run ..."):
+            ...                                        # records and summary are ours alone here
+    """
+
+    def __init__(self, folder: Path, command: str = ""):
+        self.path = Path(folder) / LOCK
+        self.command = command
+        self.fd: int | None = None
+
+    def __enter__(self) -> "RunFolderLock":
+        try:
+            import fcntl
+        except ImportError:  # not a POSIX system: runs there are not guarded against a second writer
+            return self
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise RunFolderError(f"cannot write to the run folder {self.path.parent} ({exc.strerror or exc}): "
+                                     f"give a folder you can write to") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 4096).decode("utf-8", "replace").strip()
+                os.close(fd)
+                raise RunFolderBusy(f"{self.path.parent} is being written by another run ({holder or 'pid unknown'}): "
+                                    f"wait for it to end, or choose another --out") from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # we locked a file its holder had just removed: lock the one at the path now
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}: {self.command}".encode())
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            try:
+                self.path.unlink()
+            except FileNotFoundError:
+                pass
+            os.close(self.fd)  # closing the descriptor releases the lock
+            self.fd = None

@@ -29,7 +29,7 @@ from typing import Callable
 
 from ..types import SUMMARY_ROW_FIELDS
 from .metrics import BASELINE_SOLVER, TOKENS_DIFFER_PERCENT, is_verified, summarize
-from .records import load_run, write_text_atomic
+from .records import load_run, prepare_output_folder, write_text_atomic
 from .roofline import prediction_columns
 
 PREDICTION_LABELS = {"pred_measured": "predicted (measured curve)"}
@@ -450,8 +450,10 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
 
 
 def cmd_report(args) -> int:
+    summary, records = load_run(Path(args.run_dir))  # bad records first: nothing is written then
+    if args.out:
+        prepare_output_folder(Path(args.out), keep=False)
     path = write_report(Path(args.run_dir), Path(args.out) if args.out else None)
-    summary, records = load_run(Path(args.run_dir))
     print(markdown(*main_table(summarize(records))))
     print(json.dumps({"report": str(path), "complete": bool(summary.get("complete"))}))
     return 0

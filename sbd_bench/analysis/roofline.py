@@ -164,10 +164,10 @@ def prediction_columns(summary: dict, records: list[dict], hardware=("H100",), b
 
 
 # ------------------------------------------------------------------------------------------ the CLI
-def _curve_table(dims: ModelDims, k: int, context: int, batch: int) -> list[str]:
+def _curve_table(dims: ModelDims, k: int, context: int, batch: int, hardware: list[str]) -> list[str]:
     lines = [f"forward time, {dims.parameters / 1e9:.2f}B parameters, context {context}, batch {batch}, k={k}",
              "| hardware | t(1) ms | t(k) ms | t(2k) ms | t(k)/t(1) | t(2k)/t(1) |", "|---|---|---|---|---|---|"]
-    for hw in HARDWARE.values():
+    for hw in (HARDWARE[name] for name in hardware):
         t1, tk, t2k = (forward_time(dims, hw, q, context, batch) for q in (1, k, 2 * k))
         lines.append(f"| {hw.name} | {t1 * 1e3:.3f} | {tk * 1e3:.3f} | {t2k * 1e3:.3f} | {tk / t1:.3f} | {t2k / t1:.3f} |")
     return lines
@@ -178,22 +178,28 @@ def cmd_roofline(args) -> int:
 
     from .records import load_run
 
+    hardware = [h.strip() for h in args.hardware.split(",") if h.strip()]
+    unknown = [h for h in hardware if h not in HARDWARE]
+    if unknown or not hardware:
+        raise UsageError(f"unknown --hardware {', '.join(unknown) or repr(args.hardware)}: use a comma list of "
+                         f"{', '.join(HARDWARE)}")
+    for flag, value, least in (("--block-size", args.block_size, 1), ("--batch", args.batch, 1),
+                               ("--context", args.context, 0)):
+        if value < least:
+            raise UsageError(f"{flag} must be >= {least} (got {value})")
     if args.run_dir is None:
         if args.dims not in PRESETS:
             raise UsageError(f"--dims {args.dims!r} needs a RUN_DIR; without one use a preset: {', '.join(PRESETS)}")
-        print("\n".join(_curve_table(PRESETS[args.dims], args.block_size, args.context, args.batch)))
         dims = PRESETS[args.dims]
-        print(json.dumps({hw.name: {str(q): forward_time(dims, hw, q, args.context, args.batch)
-                                    for q in (1, args.block_size, 2 * args.block_size)} for hw in HARDWARE.values()}))
+        print("\n".join(_curve_table(dims, args.block_size, args.context, args.batch, hardware)))
+        print(json.dumps({name: {str(q): forward_time(dims, HARDWARE[name], q, args.context, args.batch)
+                                 for q in (1, args.block_size, 2 * args.block_size)} for name in hardware}))
         return 0
-    unknown = [h for h in args.hardware.split(",") if h not in HARDWARE]
-    if unknown:
-        raise UsageError(f"unknown --hardware {', '.join(unknown)}: use a comma list of {', '.join(HARDWARE)}")
     if args.dims != "run" and args.dims not in PRESETS:
         raise UsageError(f"unknown --dims {args.dims!r}: use 'run' or one of {', '.join(PRESETS)}")
     summary, records = load_run(Path(args.run_dir))
     presets = [] if args.dims == "run" else [args.dims]
-    columns = prediction_columns(summary, records, hardware=args.hardware.split(","), batch=args.batch, presets=presets)
+    columns = prediction_columns(summary, records, hardware=hardware, batch=args.batch, presets=presets)
     from .metrics import summarize
 
     rows = summarize(records)
@@ -221,7 +227,7 @@ def add_cli(subparsers) -> None:
     p.add_argument("run_dir", nargs="?", default=None, help="run folder: predict its speed factors (default: print a curve)")
     p.add_argument("--hardware", default="H100,H200,A100", help=f"comma list of {', '.join(HARDWARE)}")
     p.add_argument("--dims", default="run", help=f"'run' (the run's model) or a preset: {', '.join(PRESETS)}")
-    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--batch", type=int, default=1, help="sequences per forward")
     p.add_argument("--block-size", type=int, default=16, help="k for the printed curve")
     p.add_argument("--context", type=int, default=1024, help="cached tokens for the printed curve")
     p.set_defaults(func=cmd_roofline)

@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ..types import BlockView, Generation, Solver
-from .decoding import Counters, DecodeError, Decoder, _check_reveal, _clock, _end_block, verify_drafts
-from .masks import attention_mask
+from .decoding import (Counters, DecodeError, Decoder, _check_reveal, _check_shape, _clock, _end_block, to_host,
+                       verify_drafts)
+from .masks import Pattern
 
 
 @dataclass
@@ -110,8 +111,8 @@ class BatchDecoder:
 
         t0 = _clock(device)
         if longest > 1:  # 1. prefill all but the last prompt column, causally, padding hidden
-            mask = attention_mask(0, longest - 1, 0, lm.dtype, device, self.prompt_pad[:, :-1])
-            d.forward(ids[:, :-1], positions[:, :-1], mask, cache, phase="prefill")
+            d.forward(ids[:, :-1], positions[:, :-1], Pattern(longest - 1, 0, self.prompt_pad[:, :-1]), cache,
+                      phase="prefill", keep=1)
             self.committed = longest - 1
         t1 = _clock(device)
         if verified:  # 2. decode
@@ -191,7 +192,9 @@ class BatchDecoder:
                     logits = d.block_step(block[:, :0], block, start, cache, self._key_pad(absent))
                 chosen, tokens = self._select(solver, logits, masked, rows, working, step)
                 block = torch.where(chosen, tokens, block)
-                chosen_host, block_host = chosen.cpu(), block.cpu()
+                block_list, chosen_list = to_host(block, chosen)  # the forward's one device synchronisation
+                _check_reveal(solver, [chosen_list[b] for b in working], masked_host[working].tolist())
+                chosen_host, block_host = torch.tensor(chosen_list), torch.tensor(block_list)
                 masked_host &= ~chosen_host
                 for b in working:
                     self._after_forward(rows[b], b, chosen_host, block_host, masked_host, step)
@@ -208,7 +211,7 @@ class BatchDecoder:
             size, idx = sizes.pop(), torch.tensor(working, device=masked.device)
             view = BlockView(logits=logits[idx, :size], masked=masked[idx, :size].clone(), step=step)
             picked = solver.select(view)
-            _check_reveal(solver, picked, masked[idx, :size])
+            _check_shape(solver, picked, view.masked)
             chosen[idx, :size], tokens[idx, :size] = picked, view.tokens
             return chosen, tokens
         for b in working:  # row by row: own generator, own block size
@@ -216,7 +219,7 @@ class BatchDecoder:
             view = BlockView(logits=logits[b : b + 1, :size], masked=masked[b : b + 1, :size].clone(), step=step,
                              generator=rows[b].generator)
             picked = solver.select(view)
-            _check_reveal(solver, picked, masked[b : b + 1, :size])
+            _check_shape(solver, picked, view.masked)
             chosen[b, :size], tokens[b, :size] = picked[0], view.tokens[0]
         return chosen, tokens
 
@@ -252,29 +255,42 @@ class BatchDecoder:
         d, lm, k, device = self.d, self.d.lm, self.d.block_size, ids.device
         batch, filler = ids.shape[0], lm.mask_token_id
         pads = [r.pad for r in rows]  # columns hidden from each row, left of its own
-        for b, r in enumerate(rows):
-            r.pending, r.cached = [int(ids[b, -1])], r.prompt_len - 1
+        for r, last in zip(rows, ids[:, -1].tolist()):
+            r.pending, r.cached = [last], r.prompt_len - 1
         while not all(r.finished for r in rows):
-            # 1. the first forward: carry, verify, commit, and start drafting where every draft was accepted
+            # 1. the first forward: carry, verify, commit; the solver drafts each new block in the same step,
+            # as if every draft were accepted (one device read per forward), void for a row that rejects
             carried = [[] if r.finished else r.pending[:-1] if r.final else r.pending for r in rows]
             n = max(map(len, carried))
             starts = [r.cached + len(c) for r, c in zip(rows, carried)]
-            sizes = [0 if r.finished or r.final else k if lm.max_positions is None else min(k, lm.max_positions - s)
-                     for r, s in zip(rows, starts)]
-            width = k if any(sizes) else 0
+            for r, s in zip(rows, starts):
+                r.size = 0 if r.finished or r.final else k if lm.max_positions is None else min(k, lm.max_positions - s)
+            width = k if any(r.size for r in rows) else 0
             tokens = torch.tensor([[filler] * (n - len(c)) + c for c in carried], device=device)
-            hidden = torch.tensor([[i < n - len(c) for i in range(n)] + [j >= size for j in range(width)]
-                                   for c, size in zip(carried, sizes)])  # (B, n + width): filler, absent slots
+            hidden = torch.tensor([[i < n - len(c) for i in range(n)] + [j >= r.size for j in range(width)]
+                                   for c, r in zip(carried, rows)])  # (B, n + width): filler, absent slots
             block = torch.full((batch, width), lm.mask_token_id, dtype=torch.long, device=device)
             ntp_logits, logits = d.carry_step(tokens, block, torch.tensor(starts, device=device), cache,
                                               self._verified_key_pad(pads, hidden))
-            ntp = ntp_logits.argmax(-1).tolist()  # (B, n)
-            kept, block_host = [0] * batch, torch.full((batch, width), lm.mask_token_id, dtype=torch.long)
-            masked_host = torch.zeros(batch, width, dtype=torch.bool)
+            ntp = ntp_logits.argmax(-1)  # (B, n); a row's last carried token is at n - 1 (right-aligned)
+            masked_host = torch.tensor([[0 < j < r.size for j in range(width)] for r in rows], dtype=torch.bool)
+            working = masked_host.any(-1).nonzero()[:, 0].tolist()
+            chosen = torch.zeros(batch, width, dtype=torch.bool, device=device)
+            if width:
+                block[:, 0] = ntp[:, -1]  # NTP's token after the last carried one: the block's first position
+            if working:
+                chosen, picked = self._select(solver, logits, masked_host.to(device), rows, working, 0)
+                block = torch.where(chosen, picked, block)
+            read = torch.cat([ntp, block, chosen.long()], dim=-1).tolist()  # the forward's one device read
+            block_host, chosen_list = [row[n : n + width] for row in read], [[bool(c) for c in row[n + width :]] for row in read]
+            if working:
+                _check_reveal(solver, [chosen_list[b] for b in working], masked_host[working].tolist())
+            masked_host &= ~torch.tensor(chosen_list, dtype=torch.bool).reshape(batch, width)
+            kept = [0] * batch
             for b, r in enumerate(rows):
                 if r.finished:
                     continue
-                new, accepted, replaced = verify_drafts(r.pending, ntp[b][n - len(carried[b]):])
+                new, accepted, replaced = verify_drafts(r.pending, read[b][n - len(carried[b]) : n])
                 kept[b] = accepted + 1 if replaced else len(carried[b])
                 if r.blocks["drafted_per_block"]:  # the previous block's drafts are judged now
                     r.blocks["accepted_per_block"][-1], r.blocks["replaced_per_block"][-1] = accepted, int(replaced)
@@ -283,28 +299,20 @@ class BatchDecoder:
                 r.revealed.append(len(new))
                 r.nfe += 1
                 cut, reason = d._stop(r.out, len(r.out), r.budget, first_new=first_new)
-                if cut is not None or replaced or r.final:
+                if cut is not None or replaced or r.final:  # no block to draft: it would start elsewhere
                     _end_block(r.blocks, forwards=1, drafted=0)
+                    masked_host[b] = False
                     if cut is not None:
                         r.revealed[-1] -= len(r.out) - cut
                         r.out, r.stop_reason = r.out[:cut], reason
                     else:
                         r.pending, r.final = r.out[-1:], False
                     continue
-                r.size, r.steps, r.drafting = sizes[b], 1, True
-                block_host[b, 0] = r.out[-1]
-                masked_host[b, 1 : r.size] = True
+                r.steps, r.drafting = 1, True
             pads = self._realign(cache, rows, pads, carried, kept, n)
-            # 2. draft: rows that accepted everything fill their block; the others wait
-            block, starts = block_host.to(device), torch.tensor([r.cached for r in rows], device=device)
-            step = 0
+            # 2. the drafts go on, a forward of the blocks alone each time; rows whose block is done wait
+            starts, step = torch.tensor([r.cached for r in rows], device=device), 0
             while True:
-                working = masked_host.any(-1).nonzero()[:, 0].tolist()
-                if working:
-                    chosen, picked = self._select(solver, logits, masked_host.to(device), rows, working, step)
-                    block = torch.where(chosen, picked, block)
-                    chosen_host, block_host = chosen.cpu(), block.cpu()
-                    masked_host &= ~chosen_host
                 for b, r in enumerate(rows):
                     if r.drafting:
                         self._end_draft(r, b, block_host, masked_host)
@@ -313,23 +321,28 @@ class BatchDecoder:
                     break
                 absent = torch.tensor([[not r.drafting or j >= r.size for j in range(width)] for r in rows])
                 logits = d.block_step(block[:, :0], block, starts, cache, self._verified_key_pad(pads, absent))
+                step += 1
                 for b in drafting:
                     rows[b].nfe += 1
                     rows[b].steps += 1
                     rows[b].revealed.append(0)  # drafting forwards commit nothing
-                step += 1
+                chosen, picked = self._select(solver, logits, masked_host.to(device), rows, drafting, step)
+                block = torch.where(chosen, picked, block)
+                block_host, chosen_list = to_host(block, chosen)  # the forward's one device read
+                _check_reveal(solver, [chosen_list[b] for b in drafting], masked_host[drafting].tolist())
+                masked_host &= ~torch.tensor(chosen_list, dtype=torch.bool)
 
-    def _end_draft(self, r: _VerifiedRow, b: int, block, masked) -> None:
+    def _end_draft(self, r: _VerifiedRow, b: int, block: list[list[int]], masked: torch.Tensor) -> None:
         """After a drafting forward: end the row's draft at a stop or the budget among its drafts, or
         when its block is full (``Decoder._decode_verified``); host copies of block and masked (B, k)."""
         row_masked = masked[b, : r.size]
         filled = int(row_masked.long().argmax()) if row_masked.any() else r.size  # contiguous prefix
-        cut, reason = self.d._stop(r.out + block[b, 1:filled].tolist(), len(r.out) + filled - 1, r.budget,
+        cut, reason = self.d._stop(r.out + block[b][1:filled], len(r.out) + filled - 1, r.budget,
                                    block_done=not row_masked.any(), first_new=len(r.out))
         if cut is None:
             return
         _end_block(r.blocks, forwards=r.steps, drafted=cut - len(r.out))
-        r.pending, r.final, r.drafting = block[b, : 1 + cut - len(r.out)].tolist(), reason != "block_done", False
+        r.pending, r.final, r.drafting = block[b][: 1 + cut - len(r.out)], reason != "block_done", False
         masked[b] = False
 
     def _verified_key_pad(self, pads: list[int], query_hidden: torch.Tensor) -> torch.Tensor:

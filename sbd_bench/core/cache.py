@@ -1,5 +1,5 @@
-"""The KV cache of committed tokens: an explicit length, ``rollback`` to drop a block's
-keys/values after a forward, ``keep`` to drop different columns per row (batched verified decoding),
+"""The KV cache of committed tokens: an explicit length, ``advance`` after a forward, ``rollback``
+to drop a block's keys/values, ``keep`` to drop different columns per row (batched verified decoding),
 ``reset``, and the bytes per token for reports.
 
 Only causally computed keys/values are ever kept, so the cache is bit-for-bit what an NTP model holds.
@@ -7,21 +7,20 @@ Two versions with the same methods:
 
   KVCache        the reference: transformers' ``DynamicCache``, grows by concatenation.
   StaticKVCache  preallocated (B, H_kv, capacity, D) per layer (transformers' ``StaticCache``): each
-                 forward writes its Q new keys/values at the explicit position ``length``, rollback
-                 only moves the position back. Tensor addresses never change, so CUDA graphs can
-                 replay over it (sbd_bench/fastpath.py).
+                 forward writes its Q new keys/values at the position ``length``, rollback only moves
+                 the position back. Tensor addresses never change, so CUDA graphs can replay over it
+                 (core/fastpath.py, which also builds its masks: core/masks.py ``static_mask``).
 
     >>> cache = StaticKVCache(model.config, capacity=512)
-    >>> mask = cache.fit_mask(mask, q)      # (B, 1, Q, capacity): the model sees every column
+    >>> cache.length, cache.position        # the host's count; the device's, which the model advances
 
-Both are passed to the model as ``cache=cache.hf``; the decoding core calls ``fit_mask`` before each
-forward, which is the identity for the reference cache.
+Both are passed to the model as ``cache=cache.hf``; the decoding core calls ``advance(q)`` after each
+forward of q queries (the static cache's length lives on the host, so reading it never waits for the
+device).
 """
 from __future__ import annotations
 
 import torch
-
-from .masks import attention_mask
 
 
 class CacheFullError(RuntimeError):
@@ -45,6 +44,9 @@ class KVCache:
     def length(self) -> int:
         return self.hf.get_seq_length()
 
+    def advance(self, q: int) -> None:
+        """A forward wrote ``q`` positions: the DynamicCache has grown by itself."""
+
     def rollback(self, n: int) -> None:
         """Forget the last ``n`` positions (a block's mask-dependent keys/values)."""
         if n > 0:
@@ -62,10 +64,6 @@ class KVCache:
             if layer.is_initialized and layer.keys.numel():
                 layer.keys, layer.values = _gather_columns(layer.keys, columns), _gather_columns(layer.values, columns)
 
-    def fit_mask(self, mask: torch.Tensor | None, q: int) -> torch.Tensor | None:
-        """The mask the model needs for ``q`` new queries: unchanged, the cache grows to length + q."""
-        return mask
-
     def bytes_per_token(self, dtype: torch.dtype) -> int:
         return kv_bytes_per_token(self.config, dtype)
 
@@ -75,7 +73,7 @@ class StaticKVCache:
 
     The batch size, dtype and device are fixed by the first forward (transformers allocates the
     buffers lazily, at their exact dtype and device). Columns at and past ``length`` hold stale or
-    zero values: ``fit_mask`` blocks them, so they never contribute to attention.
+    zero values: the masks block them, so they never contribute to attention.
     """
 
     def __init__(self, config, capacity: int, dtype: torch.dtype = torch.float32, device="cpu"):
@@ -86,23 +84,44 @@ class StaticKVCache:
         self.config, self.capacity = config, capacity
         self.dtype, self.device = dtype, torch.device(device)  # the model's: for masks built here
         self.hf = StaticCache(config=config, max_cache_len=capacity)
+        self.length = 0  # host copy of every layer's write position (``position`` on the device)
+        self._hidden: dict[bool, torch.Tensor] = {}  # (B, capacity) key padding, see ``hidden_columns``
 
     @property
-    def length(self) -> int:
-        layer = self.hf.layers[0]
-        return int(layer.cumulative_length) if layer.is_initialized else 0
+    def initialized(self) -> bool:
+        """Whether the first forward has allocated the buffers (and moved the positions to the device)."""
+        return all(layer.is_initialized for layer in self.hf.layers)
+
+    @property
+    def position(self) -> torch.Tensor:
+        """The write position as the model sees it: a 0-d tensor on the device, advanced inside each
+        forward; what masks built inside a CUDA graph read."""
+        return self.hf.layers[0].cumulative_length
+
+    def check_room(self, q: int) -> None:
+        if self.length + q > self.capacity:
+            raise CacheFullError(f"static KV cache full: {self.length} + {q} positions > capacity {self.capacity}")
+
+    def advance(self, q: int) -> None:
+        """A forward wrote ``q`` positions (the model moved the device positions itself)."""
+        self.length += q
 
     # inference_mode: the position tensors may have been made inside it (Decoder.forward is), and
     # only there may they be changed in place
     @torch.inference_mode()
     def rollback(self, n: int) -> None:
+        """Move every layer's write position back by ``n``; the buffers stay (one kernel for all layers)."""
         if n > 0:
-            self.hf.crop(-n)  # moves every layer's write position back; the buffers stay
+            if n > self.length:
+                raise ValueError(f"cannot roll back {n} positions of a cache holding {self.length}")
+            self.length -= n
+            torch._foreach_sub_(self._positions(), n)
 
     @torch.inference_mode()
     def reset(self) -> None:
-        for layer in self.hf.layers:  # only the position: the stale values are masked anyway
-            layer.cumulative_length.zero_()
+        """Back to empty: only the positions move, the stale values are masked anyway."""
+        self.length = 0
+        torch._foreach_zero_(self._positions())
 
     @torch.inference_mode()
     def keep(self, columns: torch.Tensor) -> None:
@@ -112,23 +131,34 @@ class StaticKVCache:
             if layer.is_initialized:
                 layer.keys[:, :, :width] = _gather_columns(layer.keys, columns)
                 layer.values[:, :, :width] = _gather_columns(layer.values, columns)
-                layer.cumulative_length.fill_(width)
+        self.length = width
+        self.sync_position()
 
-    def fit_mask(self, mask: torch.Tensor | None, q: int) -> torch.Tensor:
-        """Widen an additive mask (B, 1, Q, length + q) to (B, 1, Q, capacity), blocking the unused
-        columns; ``None`` (plain causal prefill) becomes the explicit causal mask."""
-        past = self.length
-        if past + q > self.capacity:
-            raise CacheFullError(f"static KV cache full: {past} + {q} positions > capacity {self.capacity}")
-        if mask is None:
-            mask = attention_mask(past, q, 0, self.dtype, self.device)
-        width = mask.shape[-1]
-        if width > self.capacity:
-            raise CacheFullError(f"attention mask of width {width} > static cache capacity {self.capacity}")
-        if width == self.capacity:
-            return mask
-        pad = mask.new_full((*mask.shape[:-1], self.capacity - width), torch.finfo(mask.dtype).min)
-        return torch.cat([mask, pad], dim=-1)
+    @torch.inference_mode()
+    def sync_position(self) -> None:
+        """Set the device positions to the host's count (after forwards that were not kept: the fast
+        path's warm-ups, or a forward cut short)."""
+        positions = self._positions()
+        torch._foreach_zero_(positions)
+        if self.length:
+            torch._foreach_add_(positions, self.length)
+
+    def _positions(self) -> list[torch.Tensor]:
+        return [layer.cumulative_length for layer in self.hf.layers]
+
+    @torch.inference_mode()
+    def hidden_columns(self, key_pad: torch.Tensor | None, batch: int) -> torch.Tensor:
+        """(B, capacity) bool, True on the columns no query of the row may see: ``key_pad`` (B, W)
+        copied into the first W columns of a buffer whose address never changes (a CUDA graph reads
+        it); for ``None``, another buffer that stays all False. Columns past W are never looked at
+        (``static_mask``)."""
+        buffer = self._hidden.get(key_pad is None)
+        if buffer is None or buffer.shape[0] != batch:
+            buffer = self._hidden[key_pad is None] = torch.zeros(batch, self.capacity, dtype=torch.bool,
+                                                                 device=self.device)
+        if key_pad is not None:
+            buffer[:, : key_pad.shape[1]].copy_(key_pad)
+        return buffer
 
     def bytes_per_token(self, dtype: torch.dtype) -> int:
         return kv_bytes_per_token(self.config, dtype)

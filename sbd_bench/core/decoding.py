@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import torch
 
 from ..types import BlockView, Generation, Solver, UsageError
-from .cache import KVCache
-from .masks import attention_mask
+from .cache import KVCache, StaticKVCache
+from .fastpath import keeps_logits, static_forward
+from .masks import Pattern
 from .model import LoadedModel
 
 
@@ -44,7 +45,8 @@ class Counters:
 
 class Decoder:
     def __init__(self, lm: LoadedModel, block_size: int = 16, max_new_tokens: int = 256,
-                 stop_strings: tuple[str, ...] = (), seed: int = 0, fast: bool = False):
+                 stop_strings: tuple[str, ...] = (), seed: int = 0, fast: bool = False,
+                 compile: bool | None = None):
         if block_size < 1:
             raise DecodeError(f"--block-size must be >= 1 (got {block_size})")
         if max_new_tokens < 1:
@@ -53,12 +55,13 @@ class Decoder:
         self.stop_strings = tuple(s for s in stop_strings if s)
         self.seed = seed
         self.counters = Counters()
-        # fast: a preallocated cache, and CUDA graphs of the decode forwards on CUDA (fastpath.py)
+        # fast: a preallocated cache, and compiled CUDA graphs of the decode forwards on CUDA (fastpath.py);
+        # compile: None = with the graphs, True/False = asked for (on CPU too) or not
         self.fast = None
         if fast:
             from .fastpath import FastPath
 
-            self.fast = FastPath.for_model(lm)
+            self.fast = FastPath.for_model(lm, compile)
 
     def new_cache(self, batch: int, positions: int):
         """An empty cache for ``batch`` rows that will hold at most ``positions`` columns."""
@@ -68,20 +71,26 @@ class Decoder:
 
     # ------------------------------------------------------------------------- the one model call
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
-                cache: KVCache, phase: str = "decode") -> torch.Tensor:
-        """ids, positions (B, Q) -> float32 logits (B, Q, V). Appends Q positions to ``cache``."""
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, pattern: Pattern | None, cache: KVCache,
+                phase: str = "decode", keep: int = 0) -> torch.Tensor:
+        """ids, positions (B, Q) -> float32 logits (B, keep, V) of the last ``keep`` queries (0: all Q),
+        the only ones the core reads. Appends Q positions to ``cache``; ``pattern`` None: Q causal queries."""
         if phase == "prefill":
             self.counters.prefill_forwards += 1
         else:
             self.counters.nfe += 1
-        mask = cache.fit_mask(mask, ids.shape[1])  # a preallocated cache needs its full width
-        if self.fast is not None and phase != "prefill":
-            logits = self.fast.forward(ids, positions, mask, cache).float()
+        if isinstance(cache, StaticKVCache):  # the mask is built from the pattern, inside the graph on CUDA
+            if self.fast is not None and phase != "prefill":
+                logits = self.fast.forward(ids, positions, pattern, cache, keep)
+            else:
+                logits = static_forward(self.lm, cache, ids, positions, pattern, keep)
         else:
-            out = self.lm.model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                                cache=cache.hf, use_cache=True)
-            logits = out.logits.float()
+            mask = None if pattern is None else pattern.mask(cache.length, self.lm.dtype, ids.device)
+            kept = {"logits_to_keep": keep} if keeps_logits(self.lm.model) else {}
+            logits = self.lm.model(input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache.hf,
+                                   use_cache=True, **kept).logits
+            logits = (logits if kept or not keep else logits[:, -keep:]).float()
+        cache.advance(ids.shape[1])
         if self.lm.mask_token_id >= 0:
             logits[..., self.lm.mask_token_id] = float("-inf")  # the mask token is never emitted
         return logits
@@ -91,17 +100,15 @@ class Decoder:
         """Cache the prompt (1, P), causally. Its logits are not needed (see the module docstring)."""
         if prompt.shape[1]:
             positions = torch.arange(prompt.shape[1], device=prompt.device)[None]
-            self.forward(prompt, positions, None, cache, phase="prefill")
+            self.forward(prompt, positions, None, cache, phase="prefill", keep=1)
 
     def ntp_step(self, token: torch.Tensor, position: int | torch.Tensor, cache: KVCache,
                  key_pad: torch.Tensor | None = None) -> torch.Tensor:
         """Feed one committed token (B, 1) causally; keep its KV; return next-token logits (B, V).
         ``position``: an int, or (B, 1) per row; ``key_pad``: see ``attention_mask``."""
         positions = torch.full_like(token, position) if isinstance(position, int) else position
-        if key_pad is None:  # one query sees the whole cache: no mask
-            return self.forward(token, positions, None, cache)[:, -1]
-        mask = attention_mask(cache.length, 1, 0, self.lm.dtype, token.device, key_pad)
-        return self.forward(token, positions, mask, cache)[:, -1]
+        pattern = None if key_pad is None else Pattern(1, 0, key_pad)  # None: it sees the whole cache
+        return self.forward(token, positions, pattern, cache, keep=1)[:, -1]
 
     def block_step(self, pending: torch.Tensor, block: torch.Tensor, start: int | torch.Tensor, cache: KVCache,
                    key_pad: torch.Tensor | None = None) -> torch.Tensor:
@@ -109,12 +116,18 @@ class Decoder:
         kept: it is exact), then ``block`` (B, k) at start..start+k-1, bidirectional (its KV depends on
         the masks and is dropped). Returns the block's logits (B, k, V); logit i predicts token i.
         ``start``: an int, or (B,) per row; ``key_pad``: see ``attention_mask``."""
-        return self.carry_step(pending, block, start, cache, key_pad)[1]
+        return self._carry(pending, block, start, cache, key_pad, keep=block.shape[1])
 
     def carry_step(self, pending: torch.Tensor, block: torch.Tensor, start: int | torch.Tensor, cache: KVCache,
                    key_pad: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``block_step`` that also returns the logits of the carried tokens: ((B, n, V), (B, k, V)).
         Carried logit i is NTP's next-token prediction after pending[:, i]; verified decoding reads it."""
+        n = pending.shape[1]
+        logits = self._carry(pending, block, start, cache, key_pad, keep=n + block.shape[1])
+        return logits[:, :n], logits[:, n:]
+
+    def _carry(self, pending, block, start, cache, key_pad, keep: int) -> torch.Tensor:
+        """The forward of ``block_step``, returning the logits of its last ``keep`` queries."""
         n, k = pending.shape[1], block.shape[1]
         ids = torch.cat([pending, block], dim=1)
         offsets = torch.arange(-n, k, device=block.device)
@@ -125,10 +138,9 @@ class Decoder:
         if self.lm.max_positions is not None:  # only idle slots of a batched row can pass the end
             positions = positions.clamp_max(self.lm.max_positions - 1)
         positions = positions.clamp_min(0)  # only hidden filler slots of a batched row fall before 0
-        mask = attention_mask(cache.length, n, k, self.lm.dtype, block.device, key_pad)
-        logits = self.forward(ids, positions, mask, cache)
+        logits = self.forward(ids, positions, Pattern(n, k, key_pad), cache, keep=keep)
         cache.rollback(k)
-        return logits[:, :n], logits[:, n:]
+        return logits
 
     # -------------------------------------------------------------------------------- the loop
     def generate(self, prompt_ids: list[int], solver: Solver) -> Generation:
@@ -185,7 +197,7 @@ class Decoder:
             size = k if lm.max_positions is None else min(k, lm.max_positions - start)
             block = torch.full((1, size), lm.mask_token_id, dtype=torch.long, device=device)
             masked = torch.ones(1, size, dtype=torch.bool, device=device)
-            reveal_step = torch.full((size,), -1, dtype=torch.long)
+            reveal_step = [-1] * size  # the forward that revealed each slot; -1: still masked (host side)
             step, cut, reason = 0, None, ""
             while cut is None:
                 if step == 0:  # first forward: the finished block (or last prompt token) is committed now
@@ -194,18 +206,19 @@ class Decoder:
                     logits = self.block_step(block[:, :0], block, start, cache)
                 view = BlockView(logits=logits, masked=masked.clone(), step=step, generator=generator)
                 chosen = solver.select(view)
-                _check_reveal(solver, chosen, masked)
+                _check_shape(solver, chosen, masked)
                 block = torch.where(chosen, view.tokens, block)
                 masked &= ~chosen
-                reveal_step[chosen[0].cpu()] = step
+                tokens, picked = to_host(block, chosen)  # the forward's one device synchronisation
+                _check_reveal(solver, picked, [[s < 0 for s in reveal_step]])
+                reveal_step = [step if c else s for s, c in zip(reveal_step, picked[0])]
                 step += 1
-                filled = int(masked[0].long().argmax()) if masked.any() else size  # contiguous prefix
-                cut, reason = self._stop(out + block[0, :filled].tolist(), len(out) + filled, budget,
-                                         block_done=not masked.any(), first_new=len(out))
+                filled = next((i for i, s in enumerate(reveal_step) if s < 0), size)  # contiguous prefix
+                cut, reason = self._stop(out + tokens[0][:filled], len(out) + filled, budget,
+                                         block_done=min(reveal_step) >= 0, first_new=len(out))
             kept = max(0, cut - len(out))
-            out += block[0, :kept].tolist()
-            counts = torch.bincount(reveal_step[:kept], minlength=step) if kept else torch.zeros(step, dtype=torch.long)
-            revealed += counts.tolist()
+            out += tokens[0][:kept]
+            revealed += [reveal_step[:kept].count(s) for s in range(step)]
             per_block.append(step)
             if reason != "block_done":
                 return out[:cut], reason, revealed, per_block
@@ -225,14 +238,26 @@ class Decoder:
         blocks = {"forwards_per_block": [], "drafted_per_block": [], "accepted_per_block": [], "replaced_per_block": []}
         pending, final, budget = prompt[0, -1:].tolist(), False, self._budget(prompt.shape[1])
         while True:
-            # 1. carry pending (its last draft too, unless final: drafting ended at a stop or the budget)
+            # 1. carry pending (its last draft too, unless final: drafting ended at a stop or the budget).
+            # The solver drafts the new block in the same step, as if every draft were accepted, so that the
+            # forward's results come to the host in one read; that draft is void if NTP rejects one.
             carried = pending[:-1] if final else pending
-            start = prompt.shape[1] - 1 + len(out) + len(carried)  # pending[0] sits at P - 1 + len(out)
+            n, start = len(carried), prompt.shape[1] - 1 + len(out) + len(carried)  # pending[0] at P - 1 + len(out)
             size = 0 if final else k if lm.max_positions is None else min(k, lm.max_positions - start)
             block = torch.full((1, size), lm.mask_token_id, dtype=torch.long, device=device)
             ntp_logits, logits = self.carry_step(torch.tensor([carried], device=device), block, start, cache)
-            new, accepted, replaced = verify_drafts(pending, ntp_logits[0].argmax(-1).tolist())
-            cache.rollback(len(carried) - 1 - accepted if replaced else 0)  # keys/values of rejected drafts
+            ntp = ntp_logits.argmax(-1)  # (1, n)
+            still, chosen = [False] + [True] * (size - 1), torch.zeros(1, size, dtype=torch.bool, device=device)
+            if size:
+                block[:, 0] = ntp[:, -1]  # NTP's token after the last carried one: the block's first position
+            if size > 1:
+                chosen, block = _draft(solver, logits, torch.tensor([still], device=device), block, 0, generator)
+            read = torch.cat([ntp, block, chosen.long()], dim=-1).tolist()[0]  # the forward's one device read
+            tokens, picked = read[n : n + size], [bool(c) for c in read[n + size :]]
+            if size > 1:
+                _check_reveal(solver, [picked], [still])
+            new, accepted, replaced = verify_drafts(pending, read[:n])
+            cache.rollback(n - 1 - accepted if replaced else 0)  # keys/values of rejected drafts
             if blocks["drafted_per_block"]:  # the previous block's drafts are judged now
                 blocks["accepted_per_block"][-1], blocks["replaced_per_block"][-1] = accepted, int(replaced)
             first_new = len(out)
@@ -246,28 +271,24 @@ class Decoder:
                     return out[:cut], reason, revealed, blocks.pop("forwards_per_block"), blocks
                 pending, final = out[-1:], False
                 continue
-            # 2. draft the rest of the block with the solver; NTP's token, committed, is its first position
-            block[0, 0] = out[-1]
-            masked = torch.ones(1, size, dtype=torch.bool, device=device)
-            masked[0, 0] = False
-            step = 0
+            # 2. the draft goes on, a forward of the block alone each time, until the block is full or a stop
+            # or the budget among the drafts ends it (drafting, not generation)
+            still, step = [m and not c for m, c in zip(still, picked)], 0
             while True:
-                if masked.any():
-                    view = BlockView(logits=logits, masked=masked.clone(), step=step, generator=generator)
-                    chosen = solver.select(view)
-                    _check_reveal(solver, chosen, masked)
-                    block = torch.where(chosen, view.tokens, block)
-                    masked &= ~chosen
-                filled = int(masked[0].long().argmax()) if masked.any() else size  # contiguous prefix
-                cut, reason = self._stop(out + block[0, 1:filled].tolist(), len(out) + filled - 1, budget,
-                                         block_done=not masked.any(), first_new=len(out))
-                if cut is not None:  # a stop or the budget among the drafts ends drafting, not generation
+                filled = next((i for i, m in enumerate(still) if m), size)  # contiguous prefix
+                cut, reason = self._stop(out + tokens[1:filled], len(out) + filled - 1, budget,
+                                         block_done=not any(still), first_new=len(out))
+                if cut is not None:
                     break
                 logits = self.block_step(block[:, :0], block, start, cache)
                 revealed.append(0)  # drafting forwards commit nothing
                 step += 1
+                chosen, block = _draft(solver, logits, torch.tensor([still], device=device), block, step, generator)
+                block_host, chosen_host = to_host(block, chosen)  # the forward's one device read
+                _check_reveal(solver, chosen_host, [still])
+                tokens, still = block_host[0], [m and not c for m, c in zip(still, chosen_host[0])]
             _end_block(blocks, forwards=step + 1, drafted=cut - len(out))
-            pending, final = block[0, : 1 + cut - len(out)].tolist(), reason != "block_done"
+            pending, final = tokens[: 1 + cut - len(out)], reason != "block_done"
 
     # ----------------------------------------------------------------------------- bookkeeping
     def _budget(self, prompt_len: int) -> int:
@@ -337,6 +358,15 @@ def verify_drafts(pending: list[int], ntp: list[int]) -> tuple[list[int], int, b
     return drafts + ntp[len(drafts):], accepted, False
 
 
+def _draft(solver: Solver, logits: torch.Tensor, masked: torch.Tensor, block: torch.Tensor, step: int,
+           generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One solver decision over ``block`` (B, k): (chosen (B, k) bool, the block with their argmax set)."""
+    view = BlockView(logits=logits, masked=masked.clone(), step=step, generator=generator)
+    chosen = solver.select(view)
+    _check_shape(solver, chosen, masked)
+    return chosen, torch.where(chosen, view.tokens, block)
+
+
 def _end_block(blocks: dict[str, list[int]], forwards: int, drafted: int) -> None:
     """Close a block of verified decoding; its drafts are judged at the next block's first forward."""
     for name, value in (("forwards_per_block", forwards), ("drafted_per_block", drafted), ("accepted_per_block", 0),
@@ -344,14 +374,27 @@ def _end_block(blocks: dict[str, list[int]], forwards: int, drafted: int) -> Non
         blocks[name].append(value)
 
 
-def _check_reveal(solver: Solver, chosen: torch.Tensor, masked: torch.Tensor) -> None:
+def to_host(block: torch.Tensor, chosen: torch.Tensor) -> tuple[list[list[int]], list[list[bool]]]:
+    """The block's tokens and the solver's choice (B, k) as lists, in one device-to-host copy: the
+    only synchronisation of a block forward; the bookkeeping after it runs on the host."""
+    both = torch.cat([block, chosen.long()], dim=-1).tolist()
+    k = block.shape[-1]
+    return [row[:k] for row in both], [[bool(c) for c in row[k:]] for row in both]
+
+
+def _check_shape(solver: Solver, chosen: torch.Tensor, masked: torch.Tensor) -> None:
     if chosen.dtype != torch.bool or chosen.shape != masked.shape:
         raise SolverContractError(f"solver '{solver.name}' returned {chosen.dtype} {tuple(chosen.shape)}; "
                                   f"select must return a bool tensor shaped like view.masked {tuple(masked.shape)}")
-    if (chosen & ~masked).any():
-        raise SolverContractError(f"solver '{solver.name}' revealed a position that was already revealed")
-    if ((chosen.sum(-1) == 0) & masked.any(-1)).any():
-        raise SolverContractError(f"solver '{solver.name}' revealed nothing in a forward; reveal at least one position")
+
+
+def _check_reveal(solver: Solver, chosen: list[list[bool]], masked: list[list[bool]]) -> None:
+    """The reveal contract on host copies (rows of ``chosen`` and of the ``masked`` it was chosen from)."""
+    for row_chosen, row_masked in zip(chosen, masked):
+        if any(c and not m for c, m in zip(row_chosen, row_masked)):
+            raise SolverContractError(f"solver '{solver.name}' revealed a position that was already revealed")
+        if any(row_masked) and not any(row_chosen):
+            raise SolverContractError(f"solver '{solver.name}' revealed nothing in a forward; reveal at least one position")
 
 
 def _clock(device: torch.device) -> float:

@@ -59,7 +59,10 @@ def pick_device(device: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelError("--device cuda was asked for but torch sees no CUDA device: use --device cpu or auto")
-    return torch.device(device)
+    try:
+        return torch.device(device)
+    except RuntimeError:  # "tpu", "gpu", a typo: torch's message lists every backend it knows
+        raise ModelError(f"unknown --device {device!r}: use auto, cpu, cuda or cuda:N") from None
 
 
 def find_mask_token_id(tokenizer, config) -> int | None:

@@ -28,7 +28,8 @@ from pathlib import Path
 import torch
 
 from ..analysis import metrics
-from ..analysis.records import (SAMPLES, SUMMARY, RecordWriter, read_records, read_summary, repair_tail,
+from ..analysis.records import (SAMPLES, SUMMARY, RecordWriter, RunFolderError, RunFolderLock,
+                                prepare_output_folder, read_records, read_summary, remove_empty_folders, repair_tail,
                                 write_json_atomic)
 from ..analysis.report import write_report
 from ..core.fastpath import FastPath
@@ -41,7 +42,7 @@ from ..types import SCHEMA_VERSION, Example, Solver, Task, UsageError
 from .batches import batched_records, warm_up_batches
 from .costcurve import measure_cost_curve
 from .memory import nvml_for
-from .samples import RunConfig, measure_sample, use_fast_path
+from .samples import RunConfig, measure_sample, prompt_hash, use_fast_path
 
 MODEL_CONFIG_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                      "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings", "tie_word_embeddings")
@@ -75,7 +76,7 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def provenance(cfg: RunConfig, lm: LoadedModel) -> dict:
+def provenance(cfg: RunConfig, lm: LoadedModel, threads_chosen: str | None = None) -> dict:
     """Everything needed to know what produced the numbers, and to reproduce them."""
     import transformers
 
@@ -102,6 +103,7 @@ def provenance(cfg: RunConfig, lm: LoadedModel) -> dict:
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
+        "threads_chosen": threads_chosen,  # why that many: --threads, or the rule of choose_threads
         "dtype": str(lm.dtype).removeprefix("torch."),
         "attn_implementation": lm.attn_implementation,
         "seed": cfg.seed,
@@ -173,85 +175,167 @@ def cost_curve_context(work, cfg: RunConfig) -> int:
 def _measure_cost_curve(lm, work, cfg: RunConfig, summary: dict) -> None:
     """The per-forward cost curve for the cost model; a failure here is recorded, never fatal."""
     try:
-        summary["cost_curve"] = measure_cost_curve(lm, cfg.block_size, cost_curve_context(work, cfg))
+        summary["cost_curve"] = measure_cost_curve(lm, cfg.block_size, cost_curve_context(work, cfg),
+                                                   fast=use_fast_path(cfg, lm), compile=cfg.compile)
     except Exception as exc:
         summary["cost_curve"], summary["cost_curve_error"] = None, f"{type(exc).__name__}: {exc}"
 
 
-def _open_run_folder(cfg: RunConfig, resume: bool) -> tuple[Path, dict | None]:
-    out = Path(cfg.out)
+def _open_run_folder(out: Path, resume: bool) -> tuple[dict | None, list[dict]]:
+    """(summary, records) already in the folder, every line checked; nothing is written here, so a
+    refusal (damaged records, a folder that belongs to another run) leaves the folder as it was."""
     if resume:
-        summary = read_summary(out)
-        repair_tail(out / SAMPLES)
-        return out, summary
-    if read_records(out / SAMPLES):
+        return read_summary(out), read_records(out / SAMPLES)
+    records = read_records(out / SAMPLES)
+    if records and (out / SUMMARY).exists():
         raise UsageError(f"{out} already holds records: finish it with `python -m sbd_bench run --resume {out}` "
                          f"or choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / SAMPLES).unlink(missing_ok=True)
-    return out, None
+    return None, records  # records without a summary: a run killed before it wrote one, continued here
 
 
-def run(cfg: RunConfig, progress=None, resume: bool = False) -> Path:
+def _check_kept_records(records: list[dict], planned, out: Path) -> None:
+    """Records found in a folder without summary.json must be samples of this command's run: same
+    (configuration, task, example, repeat) and the same prompt."""
+    hashes = {_key(task, example, repeat, solver): prompt_hash(ids) for task, example, ids, repeat, solver in planned}
+    for number, record in enumerate(records, start=1):
+        key = metrics.sample_key(record)
+        if key not in hashes or record.get("prompt_hash") not in (None, hashes[key]):
+            raise UsageError(f"{out / SAMPLES}:{number} ({record['config']} on {record['task']}/{record['id']}) is not a "
+                             f"sample of this command's run: continue the folder with the command that started it, "
+                             f"or choose another --out")
+
+
+# ----------------------------------------------------------------------------------------- threads
+SMALL_MODEL_PARAMETERS = 100_000_000  # below this, one forward's matrix products are too small to share
+
+
+def choose_threads(requested: int | None, lm: LoadedModel) -> tuple[int, str]:
+    """(torch CPU threads, why). ``--threads`` wins. A model on a GPU keeps torch's default. On a CPU, a
+    small model gets one thread: its matrix products take microseconds, so several threads spend more
+    time waiting for each other than computing, and when another process holds a core they wait for the
+    preempted one (10-20x slower, ../shared/STACK.md). A larger model gets the cores left free by the
+    machine's load (1-minute load average), at least one."""
+    if requested:
+        return requested, f"--threads {requested}"
+    if lm.device.type != "cpu":
+        return torch.get_num_threads(), f"torch's default (the model is on {lm.device.type})"
+    parameters = sum(p.numel() for p in lm.model.parameters())
+    if parameters < SMALL_MODEL_PARAMETERS:
+        return 1, (f"auto: 1 for a model of {parameters / 1e6:.2f}M parameters (< {SMALL_MODEL_PARAMETERS / 1e6:.0f}M: "
+                   f"threads would wait on each other); set --threads to override")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    free = max(1, min(cores, torch.get_num_threads(), round(cores - load)))
+    return free, f"auto: {free} of {cores} cores (load average {load:.1f}); set --threads to override"
+
+
+# --------------------------------------------------------------------------------------- the run
+class Progress:
+    """What a run says while it goes. This one says nothing; the CLI's draws a progress bar."""
+
+    def message(self, text: str) -> None:
+        """A line for the user (a failure, what was chosen)."""
+
+    def start(self, total: int, done: int) -> None:
+        """The sweep begins: ``done`` of ``total`` samples are already recorded."""
+
+    def update(self, record: dict) -> None:
+        """One more sample recorded (``record["error"]`` is set when it failed)."""
+
+    def close(self) -> None:
+        """The sweep ended, finished or not."""
+
+
+def run(cfg: RunConfig, progress: Progress | None = None, resume: bool = False) -> Path:
+    """Decode every planned sample into the run folder ``cfg.out``, holding its lock throughout; with
+    ``resume``, only those the folder has no record of yet. Bad input is refused before the model loads
+    where it can be, and a refusal never changes the folder."""
+    progress = progress or Progress()
     solvers = parse_solver_spec(cfg.solvers, solver_registry(cfg.plugins))
     options = {"chat_template": cfg.chat_template or None, "thinking": cfg.thinking}
     tasks = [load_task(name, **{k: v for k, v in options.items() if v is not None}) for name in cfg.tasks]
+    out = Path(cfg.out)
+    if resume and not out.is_dir():
+        raise RunFolderError(f"run folder {out} does not exist: give the --out folder of an interrupted run")
+    created = [] if resume else prepare_output_folder(out)  # a bad --out costs no model load
+    threads_before = torch.get_num_threads()
+    try:
+        with RunFolderLock(out, cfg.command or " ".join(sys.argv)), _sigterm_as_interrupt():
+            summary, kept = _open_run_folder(out, resume)
+            return _run_locked(cfg, solvers, tasks, out, summary, kept, progress)
+    finally:
+        torch.set_num_threads(threads_before)  # a library call leaves the process as it found it
+        remove_empty_folders(created)  # a run refused or interrupted before its first write leaves nothing
+
+
+def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list[dict], progress) -> Path:
     lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, attn_implementation=cfg.attn_implementation,
                     device_map=cfg.device_map)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    threads, threads_chosen = choose_threads(cfg.threads, lm)
+    torch.set_num_threads(threads)
     torch.manual_seed(cfg.seed)
     work = plan_work(cfg, tasks, lm)
     if cfg.shard is not None:  # torchrun: this rank's share, examples rank, rank + world, ... (distributed.py
         rank, world = cfg.shard  # has checked that every rank gets one)
         work = work[rank::world]
-    out, summary = _open_run_folder(cfg, resume)
-    prov = provenance(cfg, lm)
+    planned = plan_samples(work, solvers, cfg.repeats)
+    prov = provenance(cfg, lm, threads_chosen)
     if any(isinstance(task, CodeTask) for task in tasks):  # how the generated code was isolated when judged
         prov["sandbox"] = isolation().describe()
+    resumption = {**{k: prov[k] for k in ("command", "git_commit", "started", "threads", "threads_chosen")},
+                  "records_kept": len(kept)}
     if summary is None:
+        if kept:
+            _check_kept_records(kept, planned, out)
+            prov["resumed"] = [{**resumption, "without_summary": True}]
         summary = {"schema_version": SCHEMA_VERSION, "complete": False, "provenance": prov, "rows": [],
                    "failures": [], "cost_curve": None}
     else:
         _check_same_model(summary, prov, out)
-        summary.setdefault("resumed", []).append({k: prov[k] for k in ("command", "git_commit", "started")})
+        earlier = summary.pop("resumed", [])  # folders written before resumptions moved into provenance
+        summary["provenance"] = summary.get("provenance") or {}
+        summary["provenance"]["resumed"] = [*summary["provenance"].get("resumed", earlier), resumption]
         summary["complete"] = False
+    # every check is behind us: from here on the folder changes
+    if kept:
+        repair_tail(out / SAMPLES)
+    else:
+        (out / SAMPLES).unlink(missing_ok=True)
     write_json_atomic(out / SUMMARY, summary)
 
-    planned = plan_samples(work, solvers, cfg.repeats)
-    done = {metrics.sample_key(r) for r in read_records(out / SAMPLES)}
+    done = {metrics.sample_key(r) for r in kept}
     todo = [s for s in planned if _key(s[0], s[1], s[3], s[4]) not in done]
-    with _sigterm_as_interrupt():
-        if todo:
-            warm_up(lm, work, solvers, cfg)
-        if cfg.cost_curve and not summary.get("cost_curve"):
-            _measure_cost_curve(lm, work, cfg, summary)
-        _sweep(lm, todo, cfg, out, summary, len(planned), len(planned) - len(todo), progress)
+    progress.message(f"{shipped_relative(lm.path)} on {lm.device}, {threads} thread(s) ({threads_chosen}); "
+                     f"{len(todo)} of {len(planned)} samples to decode into {out}")
+    if todo:
+        warm_up(lm, work, solvers, cfg)
+    if cfg.cost_curve and not summary.get("cost_curve"):
+        _measure_cost_curve(lm, work, cfg, summary)
+    _sweep(lm, todo, cfg, out, summary, len(planned), len(planned) - len(todo), progress)
     if cfg.report:
         write_report(out)
     return out
 
 
-def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progress) -> None:
+def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progress: Progress) -> None:
     writer = RecordWriter(out / SAMPLES)
-    started = time.perf_counter()
     if cfg.batch_size > 1:
         records = batched_records(lm, todo, cfg)
     else:
         records = (measure_sample(lm, task, example, ids, solver, cfg, repeat)
                    for task, example, ids, repeat, solver in todo)
+    progress.start(total, done)
     try:
         for record in records:
             writer.write(record)
-            done += 1
-            if progress:
-                status = f" FAILED: {record['error']}" if record["error"] else ""
-                progress(done, total, time.perf_counter() - started,
-                         f"{record['task']}/{record['id']} {record['config']}{status}")
+            progress.update(record)
     finally:
         writer.close()
-        if use_fast_path(cfg, lm):  # which way the forwards ran (CUDA graphs, or why not)
-            summary["provenance"]["fast_path"] = FastPath.for_model(lm).status
+        progress.close()
+        if use_fast_path(cfg, lm):  # which way the forwards ran (compiled CUDA graphs, or why not), and
+            path = FastPath.for_model(lm, cfg.compile)  # what compiling and capturing cost (warm-up)
+            summary["provenance"].update(fast_path=path.status, fast_path_warmup_s=round(path.warmup_s, 3),
+                                         fast_path_graphs=path.captures)
         write_summary(out, summary, total)
 
 
@@ -272,10 +356,14 @@ def _check_same_model(summary: dict, prov: dict, out: Path) -> None:
                          f"resuming would mix models; start a new run folder instead")
 
 
-def resume(run_dir: Path, progress=None, command: str = "") -> Path:
+def resume(run_dir: Path, progress: Progress | None = None, command: str = "") -> Path:
     """Finish an interrupted run with the configuration it was started with."""
     summary = read_summary(Path(run_dir))
-    cfg = RunConfig.from_json((summary.get("provenance") or {}).get("config") or {})
+    config = (summary.get("provenance") or {}).get("config")
+    if not isinstance(config, dict):
+        raise RunFolderError(f"{Path(run_dir) / SUMMARY} records no settings (provenance.config): continue the run "
+                             f"with the command that started it and `--out {run_dir}`")
+    cfg = RunConfig.from_json(config)
     cfg.out = Path(run_dir)
     cfg.command = command or cfg.command
     return run(cfg, progress=progress, resume=True)

@@ -46,6 +46,7 @@ class RunConfig:
     thinking: bool | None = None  # the template's enable_thinking; None: its default
     batch_size: int = 1  # sequences decoded together (batching.py); records are those of batch 1
     fast: bool | None = None  # preallocated cache + CUDA graphs; None: on for a model on one CUDA device
+    compile: bool | None = None  # torch.compile inside the fast path's graphs; None: on with the graphs
     device_map: str | None = None  # e.g. "auto": spread a model too large for one GPU (accelerate)
     shard: tuple[int, int] | None = None  # (rank, world_size) under torchrun (distributed.py)
 
@@ -64,6 +65,8 @@ class RunConfig:
             raise UsageError(f"--warmup must be >= 0 (got {self.warmup})")
         if self.batch_size < 1:
             raise UsageError(f"--batch-size must be >= 1 (got {self.batch_size})")
+        if self.compile and self.fast is False:
+            raise UsageError("--compile compiles the fast path's forward, which --no-fast turns off: drop one of them")
         if self.fast and self.device_map is not None:
             raise UsageError("--fast cannot be combined with --device-map: CUDA graphs do not span devices; "
                              "drop --fast (a device-mapped model runs eagerly)")
@@ -87,16 +90,17 @@ class RunConfig:
 
 # ------------------------------------------------------------------------------ measuring a sample
 def use_fast_path(cfg: RunConfig, lm: LoadedModel) -> bool:
-    """--fast/--no-fast; by default on for a model on one CUDA device (graphs do not span devices)."""
+    """--fast/--no-fast; by default on for a model on one CUDA device (graphs do not span devices), or
+    when --compile asks for the compiled forward."""
     if cfg.fast is None:
-        return lm.device.type == "cuda" and cfg.device_map is None
+        return (lm.device.type == "cuda" or bool(cfg.compile)) and cfg.device_map is None
     return cfg.fast
 
 
 def make_decoder(lm: LoadedModel, task: Task, cfg: RunConfig) -> Decoder:
     budget = cfg.max_new_tokens or task.max_new_tokens
     return Decoder(lm, block_size=cfg.block_size, max_new_tokens=budget, stop_strings=task.stop, seed=cfg.seed,
-                   fast=use_fast_path(cfg, lm))
+                   fast=use_fast_path(cfg, lm), compile=cfg.compile)
 
 
 def decode_sample(lm: LoadedModel, task: Task, example: Example, prompt_ids: list[int], solver: Solver,

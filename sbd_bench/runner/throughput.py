@@ -2,7 +2,7 @@
 of the multi-token gain survives as batches grow.
 
     python -m sbd_bench throughput --model sbd-tiny --task arith --solver ntp+entropy_bounded \\
-        --batch-sizes 1,4,16 --limit 32 --out results/throughput.json
+        --batch-sizes 1,4,16 --limit 32 --out runs/throughput.json
 
 For each batch size, every configuration back to back: one unrecorded warm-up batch, then every
 example decoded in batches of that size, timed as a whole (median of ``--repeats``); tokens_per_s = generated tokens / wall time, speed_vs_ntp =
@@ -104,36 +104,40 @@ def cmd_throughput(args) -> int:
 
     import torch
 
-    from ..analysis.metrics import json_safe
+    from ..analysis.records import check_output_file, write_json_atomic
     from ..core.model import load_model
     from ..registry import parse_solver_spec, solver_registry
     from ..tasks import expand_tasks, load_task
     from ..types import UsageError
+    from .harness import choose_threads
     from .samples import RunConfig, use_fast_path
 
     sizes = parse_sizes(args.batch_sizes)
     for flag, value in (("--repeats", args.repeats), ("--limit", args.limit)):
         if value < 1:
             raise UsageError(f"{flag} must be >= 1 (got {value})")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    out = Path(args.out or f"runs/throughput-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    check_output_file(out)  # before the model loads: a folder or an unwritable place costs nothing
     solvers = parse_solver_spec(args.solver, solver_registry(args.plugins))
     task = load_task(expand_tasks(args.task)[0])
     cfg = RunConfig(model=args.model, block_size=args.block_size, max_new_tokens=args.max_new_tokens,
-                    seed=args.seed, device=args.device, dtype=args.dtype, fast=args.fast, cost_curve=False)
+                    seed=args.seed, device=args.device, dtype=args.dtype, fast=args.fast, compile=args.compile,
+                    cost_curve=False, threads=args.threads)
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    threads, threads_chosen = choose_threads(args.threads, lm)
+    torch.set_num_threads(threads)
     prompts = [task.encode(e, lm.tokenizer) for e in task.examples("test")[: args.limit]]
     rows = sweep(lm, task, prompts, solvers, sizes, cfg, report=lambda line: print(line, file=sys.stderr),
                  repeats=args.repeats)
-    result = {"command": " ".join(["python -m sbd_bench", *sys.argv[1:]]), "date": time.strftime("%Y-%m-%d"),
+    result = {"command": getattr(args, "command_line", " ".join(["python -m sbd_bench", *sys.argv[1:]])), "date": time.strftime("%Y-%m-%d"),
               "model": lm.path, "task": task.name, "examples": len(prompts), "block_size": args.block_size,
               "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "device": str(lm.device),
               "device_name": torch.cuda.get_device_name(lm.device) if lm.device.type == "cuda" else platform.processor()
-              or platform.machine(), "threads": torch.get_num_threads(), "fast": use_fast_path(cfg, lm),
+              or platform.machine(), "threads": torch.get_num_threads(), "threads_chosen": threads_chosen,
+              "fast": use_fast_path(cfg, lm),
               "torch": torch.__version__, "rows": rows}
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(json_safe(result), indent=2, allow_nan=False) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out, result)
     print(f"{'config':<44} {'batch':>5} {'tok/s':>9} {'vs ntp':>7} {'tok/fwd':>8} {'same':>5}", file=sys.stderr)
     for r in rows:
         if r.get("error"):
@@ -142,7 +146,7 @@ def cmd_throughput(args) -> int:
         vs = "-" if r["speed_vs_ntp"] is None else f"{r['speed_vs_ntp']:.2f}"
         print(f"{r['config'][:44]:<44} {r['batch_size']:>5} {r['tokens_per_s']:>9.1f} {vs:>7} "
               f"{r['tokens_per_forward']:>8.2f} {str(r['outputs_match_batch_1']):>5}", file=sys.stderr)
-    print(json.dumps({"out": args.out, "rows": len(rows), "errors": sum(bool(r.get("error")) for r in rows)}))
+    print(json.dumps({"out": str(out), "rows": len(rows), "errors": sum(bool(r.get("error")) for r in rows)}))
     mismatched = any(r.get("outputs_match_batch_1") is False for r in rows)
     return 1 if mismatched else 0
 
@@ -151,19 +155,24 @@ def add_cli(subparsers) -> None:
     import argparse
 
     p = subparsers.add_parser("throughput", help="generated tokens/s against batch size, per solver configuration")
-    p.add_argument("--model", default="sbd-tiny")
+    p.add_argument("--model", default="sbd-tiny", help="shipped model name or local HF folder")
     p.add_argument("--task", default="suite", help="one task name or JSONL file (the first, for 'suite')")
-    p.add_argument("--solver", default="ntp+entropy_bounded")
-    p.add_argument("--batch-sizes", default="1,2,4,8", help="comma list (default 1,2,4,8)")
-    p.add_argument("--limit", type=int, default=16, help="examples decoded at every batch size (default 16)")
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--max-new-tokens", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    p.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1: steadier on a shared machine)")
+    p.add_argument("--solver", default="ntp+entropy_bounded", help="solver spec, as for `run`")
+    p.add_argument("--batch-sizes", default="1,2,4,8", help="comma list")
+    p.add_argument("--limit", type=int, default=16, help="examples decoded at every batch size")
+    p.add_argument("--block-size", type=int, default=16, help="k, the positions decoded together in a block")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default: the task's own budget")
+    p.add_argument("--seed", type=int, default=0, help="seed of randomised solvers")
+    p.add_argument("--device", default="auto", help="auto|cpu|cuda[:N]")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="auto: bfloat16 on CUDA, float32 on CPU")
+    p.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
+                   help="preallocated KV cache + CUDA graphs (default: on for CUDA, off on CPU)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the fast path's forward inside its graphs (default: on with the graphs)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: as for `run`, 1 for a model under 100M parameters)")
     p.add_argument("--repeats", type=int, default=1, help="timed passes per point; the median is reported")
-    p.add_argument("--plugins", action="append", default=[], metavar="DIR")
-    p.add_argument("--out", default=None, help="JSON file for the figures")
+    p.add_argument("--plugins", action="append", default=[], metavar="DIR", help="folder of solver .py files")
+    p.add_argument("--out", default=None, help="JSON file for the figures (default: runs/throughput-DATE-TIME.json)")
     p.set_defaults(func=cmd_throughput)

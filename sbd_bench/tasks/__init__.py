@@ -59,8 +59,12 @@ def _import_builtin_tasks() -> None:
 
 def iter_jsonl(path: str | Path, error: type[UsageError] = TaskError):
     """(line number, object) for each non-blank line; ``error`` names the file and line of a bad one."""
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise error(f"{path}:{number}: not UTF-8 text; save the file as UTF-8 (JSON Lines are UTF-8)") from None
             if not line.strip():
                 continue
             try:
@@ -96,7 +100,11 @@ class JsonlTask(Task):
                 raise TaskError(f"{self.path}:{number}: duplicate id {row['id']!r}; ids must be unique")
             seen.add(str(row["id"]))
             answer = row.get("answer")
-            meta = {"stop": list(row["stop"])} if isinstance(row.get("stop"), list) else {}
+            stop = row.get("stop")
+            if stop is not None and not (isinstance(stop, list) and all(isinstance(x, str) and x for x in stop)):
+                raise TaskError(f"{self.path}:{number}: 'stop' must be a list of non-empty strings "
+                                f"(got {json.dumps(stop)[:40]}); write \"stop\": [\"...\"]")
+            meta = {"stop": list(stop)} if stop else {}
             examples.append(Example(str(row["id"]), row["prompt"], None if answer is None else str(answer), meta))
         if not examples:
             raise TaskError(f"{self.path} holds no examples: add lines like {{\"id\": \"1\", \"prompt\": \"...\"}}")

@@ -31,8 +31,13 @@ def read_rows(path: Path) -> list[tuple[int, Any]]:
         raise TaskError(f"{path}: parquet is not read here; convert it once with pandas.read_parquet("
                         f"'{path.name}').to_json('{path.stem}.jsonl', orient='records', lines=True)")
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        text = handle.read()
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            text = handle.read()
+    except UnicodeDecodeError as exc:
+        raise TaskError(f"{path}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
+    except (OSError, EOFError) as exc:  # a .gz that is not gzip, or is cut short
+        raise TaskError(f"{path}: cannot be read ({exc}); give an intact .jsonl, .jsonl.gz or .json file") from None
     if path.suffix == ".json":
         try:
             data = json.loads(text)

@@ -108,7 +108,13 @@ def smoke_run(tmp_path_factory):
 
 
 def _log(out):
-    return [json.loads(line) for line in (out / "training_log.jsonl").read_text().splitlines()]
+    """The loss windows of the log (stage markers, which say which command the lines below ran, left out)."""
+    lines = [json.loads(line) for line in (out / "training_log.jsonl").read_text().splitlines()]
+    return [line for line in lines if "step" in line]
+
+
+def _stages(out):
+    return [json.loads(line) for line in (out / "training_stages.jsonl").read_text().splitlines()]
 
 
 def test_short_run_lowers_both_losses(smoke_run):
@@ -135,6 +141,22 @@ def test_same_seed_same_weights_and_resume_is_exact(smoke_run, tmp_path):
     train(_cfg(split, resume=True), log=lambda line: None)
     resumed = load_file(split / "model.safetensors")
     assert all(torch.equal(first[name], resumed[name]) for name in first)
+    assert [(s["stage"], s["resume"], s["from_step"], s["to_step"]) for s in _stages(split)] == [(1, False, 0, 30),
+                                                                                               (2, True, 20, 30)]
+
+
+def test_a_fine_tune_carries_its_bases_stages_and_log(smoke_run, tmp_path):
+    """Every command that shaped the weights is in the folder, the base's first (the model card's source)."""
+    tuned = tmp_path / "tuned"
+    train(_cfg(tuned, base=str(smoke_run), steps=10, lr=1e-3, command="python -m sbd_bench train --base X"),
+          log=lambda line: None)
+    stages = _stages(tuned)
+    assert [s["stage"] for s in stages] == [1, 2] and stages[0] == _stages(smoke_run)[0]
+    assert stages[1]["base"] == str(smoke_run) and stages[1]["lr"] == 1e-3 and stages[1]["to_step"] == 10
+    assert stages[1]["command"] == "python -m sbd_bench train --base X" and stages[1]["machine"]
+    markers = [json.loads(line) for line in (tuned / "training_log.jsonl").read_text().splitlines() if "stage" in line]
+    assert [m["stage"] for m in markers] == [1, 2]
+    assert [w["step"] for w in _log(tuned)] == [w["step"] for w in _log(smoke_run)] + [5, 10]
 
 
 def test_checkpoint_round_trips_through_run(smoke_run, tmp_path, capsys):

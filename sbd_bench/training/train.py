@@ -25,6 +25,7 @@ from .objective import Batch, losses, make_batch
 STATE_FILE = "training_state.pt"
 LOG_FILE = "training_log.jsonl"
 ARGS_FILE = "training_args.json"
+STAGES_FILE = "training_stages.jsonl"  # one line per train command that shaped the weights, the base's first
 
 
 class TrainError(UsageError):
@@ -194,6 +195,33 @@ def save_checkpoint(model, tokenizer, optimizer, step: int, cfg: TrainConfig, ou
     tmp.replace(out / STATE_FILE)
 
 
+def record_stage(cfg: TrainConfig, out: Path, base: Path | None, start: int, device) -> None:
+    """Append this command to ``training_stages.jsonl``: what trained the weights, stage by stage. A
+    fine-tune starts from its base's stages (and its log), so a shipped folder tells its whole history."""
+    import platform
+
+    stages = out / STAGES_FILE
+    if not cfg.resume and base is not None:
+        for name in (STAGES_FILE, LOG_FILE):
+            if (base / name).is_file():
+                (out / name).write_bytes((base / name).read_bytes())
+    previous = stages.read_text(encoding="utf-8").splitlines() if stages.is_file() else []
+    machine = platform.processor() or platform.machine()
+    if device.type == "cuda":
+        import torch
+
+        machine = torch.cuda.get_device_name(device)
+    entry = {"stage": len(previous) + 1, "command": cfg.command, "objective": cfg.objective,
+             "base": cfg.base if not cfg.resume else None, "resume": cfg.resume, "from_step": start, "to_step": cfg.steps,
+             "batch_size": cfg.batch_size, "lr": cfg.lr, "warmup": cfg.warmup, "data": cfg.data,
+             "train_examples": cfg.train_examples, "device": str(device), "machine": machine,
+             "threads": cfg.threads, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with open(stages, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(entry) + "\n")
+    with open(out / LOG_FILE, "a", encoding="utf-8") as handle:  # log lines that follow belong to this stage
+        handle.write(json.dumps({"stage": entry["stage"], "command": cfg.command, "from_step": start}) + "\n")
+
+
 # ------------------------------------------------------------------------------------------ loop
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Linear warm-up, then cosine down to 10% of --lr."""
@@ -262,9 +290,10 @@ def train(cfg: TrainConfig, log=print) -> Path:
         optimizer.load_state_dict(state["optimizer"])
         start = state["step"]
     elif cfg.overwrite and out.is_dir():
-        for name in (STATE_FILE, LOG_FILE):
+        for name in (STATE_FILE, LOG_FILE, STAGES_FILE):
             (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
+    record_stage(cfg, out, base, start, device)
     # CUDA: bf16 autocast, and the mask in the dtype the attention scores will have there (sdpa
     # wants a float mask in the query's dtype). CPU: float32 throughout, reproducible.
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else _null()

@@ -173,15 +173,18 @@ def failure_lines(summary: dict) -> list[str]:
 
 
 def _print_table(rows: list[dict]) -> None:
+    """The summary rows on stderr, one line each; ``accept`` is the acceptance rate of verified
+    configurations (``-`` for the others), beside tokens per forward as in the report."""
     def fmt(value, spec):
-        return "-" if value is None else format(value, spec)
+        return format("-", f">{spec.split('.')[0]}") if value is None else format(value, spec)
 
-    header = f"{'task':<14} {'config':<44} {'n':>4} {'acc':>6} {'nfe':>8} {'tok/fwd':>8} {'speed_nfe':>9} {'speed_wall':>10}"
+    header = (f"{'task':<14} {'config':<44} {'n':>4} {'acc':>6} {'nfe':>8} {'tok/fwd':>8} {'accept':>6} "
+              f"{'speed_nfe':>9} {'speed_wall':>10}")
     print(header, file=sys.stderr)
     for r in rows:
         print(f"{r['task'][:14]:<14} {r['config'][:44]:<44} {r['n']:>4} {fmt(r['accuracy'], '6.3f')} "
-              f"{fmt(r['nfe'], '8.1f')} {fmt(r['tokens_per_forward'], '8.2f')} {fmt(r['speed_factor_nfe'], '9.2f')} "
-              f"{fmt(r['speed_factor_wall'], '10.2f')}", file=sys.stderr)
+              f"{fmt(r['nfe'], '8.1f')} {fmt(r['tokens_per_forward'], '8.2f')} {fmt(r['acceptance_rate'], '6.3f')} "
+              f"{fmt(r['speed_factor_nfe'], '9.2f')} {fmt(r['speed_factor_wall'], '10.2f')}", file=sys.stderr)
 
 
 def cmd_list(args) -> int:

@@ -375,6 +375,21 @@ def test_report_shows_acceptance_and_marks_verified_configurations(tmp_path):
         assert len(ax.collections) == 2 * 4
 
 
+def test_run_table_shows_acceptance_of_verified_configurations(capsys):
+    from sbd_bench.analysis.metrics import summarize
+    from sbd_bench.cli import _print_table
+
+    rows = summarize(verified_records())
+    _print_table(rows)
+    header, *lines = capsys.readouterr().err.splitlines()
+    cells = header.split()
+    assert cells.index("accept") == cells.index("tok/fwd") + 1  # beside tokens per forward, as in the report
+    shown = {(line.split()[0], line.split()[1]): line.split()[cells.index("accept")] for line in lines}
+    assert shown[("arith", VFK)] == shown[("copy", VFK)] == "0.711"  # (5 * 6 + 2) / (5 * 9) drafts confirmed
+    assert {cell for (_, config), cell in shown.items() if config != VFK} == {"-"}
+    assert len({len(line) for line in [header, *lines]}) == 1  # a '-' keeps its column's width: columns stay aligned
+
+
 def test_compare_gates_verified_rows(tmp_path, capsys):
     import copy
 

@@ -204,10 +204,7 @@ class Decoder:
                     logits = self.block_step(pending, block, start, cache)
                 else:
                     logits = self.block_step(block[:, :0], block, start, cache)
-                view = BlockView(logits=logits, masked=masked.clone(), step=step, generator=generator)
-                chosen = solver.select(view)
-                _check_shape(solver, chosen, masked)
-                block = torch.where(chosen, view.tokens, block)
+                chosen, block = _choose(solver, logits, masked, block, step, generator)
                 masked &= ~chosen
                 tokens, picked = to_host(block, chosen)  # the forward's one device synchronisation
                 _check_reveal(solver, picked, [[s < 0 for s in reveal_step]])
@@ -251,7 +248,7 @@ class Decoder:
             if size:
                 block[:, 0] = ntp[:, -1]  # NTP's token after the last carried one: the block's first position
             if size > 1:
-                chosen, block = _draft(solver, logits, torch.tensor([still], device=device), block, 0, generator)
+                chosen, block = _choose(solver, logits, torch.tensor([still], device=device), block, 0, generator)
             read = torch.cat([ntp, block, chosen.long()], dim=-1).tolist()[0]  # the forward's one device read
             tokens, picked = read[n : n + size], [bool(c) for c in read[n + size :]]
             if size > 1:
@@ -283,7 +280,7 @@ class Decoder:
                 logits = self.block_step(block[:, :0], block, start, cache)
                 revealed.append(0)  # drafting forwards commit nothing
                 step += 1
-                chosen, block = _draft(solver, logits, torch.tensor([still], device=device), block, step, generator)
+                chosen, block = _choose(solver, logits, torch.tensor([still], device=device), block, step, generator)
                 block_host, chosen_host = to_host(block, chosen)  # the forward's one device read
                 _check_reveal(solver, chosen_host, [still])
                 tokens, still = block_host[0], [m and not c for m, c in zip(still, chosen_host[0])]
@@ -358,9 +355,10 @@ def verify_drafts(pending: list[int], ntp: list[int]) -> tuple[list[int], int, b
     return drafts + ntp[len(drafts):], accepted, False
 
 
-def _draft(solver: Solver, logits: torch.Tensor, masked: torch.Tensor, block: torch.Tensor, step: int,
-           generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """One solver decision over ``block`` (B, k): (chosen (B, k) bool, the block with their argmax set)."""
+def _choose(solver: Solver, logits: torch.Tensor, masked: torch.Tensor, block: torch.Tensor, step: int,
+            generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One solver decision over ``block`` (B, k), shape checked: (chosen (B, k) bool, the block with their
+    argmax set). Both block loops call it; verify mode's chosen tokens are drafts."""
     view = BlockView(logits=logits, masked=masked.clone(), step=step, generator=generator)
     chosen = solver.select(view)
     _check_shape(solver, chosen, masked)

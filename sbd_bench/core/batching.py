@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..types import BlockView, Generation, Solver
-from .decoding import (Counters, DecodeError, Decoder, _check_reveal, _check_shape, _clock, _end_block, to_host,
-                       verify_drafts)
+from .decoding import (Counters, DecodeError, Decoder, _check_reveal, _check_shape, _clock, _end_block, _new_blocks,
+                       to_host, verify_drafts)
 from .masks import Pattern
 
 
@@ -64,8 +64,7 @@ class _VerifiedRow(_Row):
     final: bool = False  # the drafts end at a stop or the budget: verify them and draft no more
     cached: int = 0  # positions in the cache; the row's columns end at the shared end, after its padding
     drafting: bool = False
-    blocks: dict = field(default_factory=lambda: {name: [] for name in (
-        "forwards_per_block", "drafted_per_block", "accepted_per_block", "replaced_per_block")})
+    blocks: dict = field(default_factory=_new_blocks)
 
     def __post_init__(self):
         self.per_block = self.blocks["forwards_per_block"]

@@ -232,7 +232,7 @@ class Decoder:
         generator = torch.Generator().manual_seed(self.seed)
         out: list[int] = []
         revealed: list[int] = []  # tokens committed by each forward
-        blocks = {"forwards_per_block": [], "drafted_per_block": [], "accepted_per_block": [], "replaced_per_block": []}
+        blocks = _new_blocks()
         pending, final, budget = prompt[0, -1:].tolist(), False, self._budget(prompt.shape[1])
         while True:
             # 1. carry pending (its last draft too, unless final: drafting ended at a stop or the budget).
@@ -365,10 +365,17 @@ def _choose(solver: Solver, logits: torch.Tensor, masked: torch.Tensor, block: t
     return chosen, torch.where(chosen, view.tokens, block)
 
 
+VERIFIED_BLOCK_FIELDS = ("forwards_per_block", "drafted_per_block", "accepted_per_block", "replaced_per_block")
+
+
+def _new_blocks() -> dict[str, list[int]]:
+    """The per-block records of one verified generation (``Generation``), empty."""
+    return {name: [] for name in VERIFIED_BLOCK_FIELDS}
+
+
 def _end_block(blocks: dict[str, list[int]], forwards: int, drafted: int) -> None:
     """Close a block of verified decoding; its drafts are judged at the next block's first forward."""
-    for name, value in (("forwards_per_block", forwards), ("drafted_per_block", drafted), ("accepted_per_block", 0),
-                        ("replaced_per_block", 0)):
+    for name, value in zip(VERIFIED_BLOCK_FIELDS, (forwards, drafted, 0, 0)):
         blocks[name].append(value)
 
 

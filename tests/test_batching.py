@@ -199,3 +199,16 @@ def test_throughput_command_writes_its_figures(model_dir, tmp_path, capsys):
     assert all(r["outputs_match_batch_1"] and r["tokens_per_s"] > 0 for r in result["rows"])
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["errors"] == 0
     assert main(["throughput", "--model", str(model_dir), "--batch-sizes", "0,2"]) == 2  # bad input: one line
+
+
+def test_batch_one_and_batched_refuse_the_same_prompts(lm):
+    """Both loops check prompts with ``Decoder.check_prompt``: empty, or filling the model's context (48)."""
+    from sbd_bench.core.decoding import DecodeError
+
+    decoder, solver = Decoder(lm, block_size=4, max_new_tokens=4), parse_solver_spec("ntp", solver_registry())[0]
+    for prompt, message in (([], "empty prompt"), ([5] * 48, "does not fit the model's context of 48")):
+        with pytest.raises(DecodeError, match=message):
+            decoder.generate(prompt, solver)
+        with pytest.raises(DecodeError, match=message):
+            BatchDecoder(decoder).generate([[5, 6], prompt], solver)
+    assert decoder.generate([5] * 47, solver).stop_reason == "context"  # one token short of the context decodes

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..types import BlockView, Generation, Solver
-from .decoding import (Counters, DecodeError, Decoder, _check_reveal, _check_shape, _clock, _end_block, _new_blocks,
-                       to_host, verify_drafts)
+from .decoding import (Counters, Decoder, _check_reveal, _check_shape, _clock, _end_block, _new_blocks, to_host,
+                       verify_drafts)
 from .masks import Pattern
 
 
@@ -85,11 +85,7 @@ class BatchDecoder:
         if not prompts:
             return []
         for ids in prompts:
-            if not ids:
-                raise DecodeError("empty prompt: the core needs at least one prompt token")
-            if lm.max_positions is not None and len(ids) >= lm.max_positions:
-                raise DecodeError(f"prompt of {len(ids)} tokens does not fit the model's context of "
-                                  f"{lm.max_positions}: shorten it or use a model with a longer context")
+            d.check_prompt(ids)
         batch, longest = len(prompts), max(len(p) for p in prompts)
         d.counters = Counters()
         verified = solver.decodes_blocks and solver.verify

@@ -144,12 +144,8 @@ class Decoder:
 
     # -------------------------------------------------------------------------------- the loop
     def generate(self, prompt_ids: list[int], solver: Solver) -> Generation:
-        lm, device = self.lm, self.lm.device
-        if not prompt_ids:
-            raise DecodeError("empty prompt: the core needs at least one prompt token")
-        if lm.max_positions is not None and len(prompt_ids) >= lm.max_positions:
-            raise DecodeError(f"prompt of {len(prompt_ids)} tokens does not fit the model's context of "
-                              f"{lm.max_positions}: shorten it or use a model with a longer context")
+        device = self.lm.device
+        self.check_prompt(prompt_ids)
         self.counters = Counters()
         cache = self.new_cache(1, len(prompt_ids) + self._budget(len(prompt_ids)) + 2 * self.block_size)
         prompt = torch.tensor([prompt_ids], dtype=torch.long, device=device)
@@ -288,6 +284,15 @@ class Decoder:
             pending, final = tokens[: 1 + cut - len(out)], reason != "block_done"
 
     # ----------------------------------------------------------------------------- bookkeeping
+    def check_prompt(self, prompt_ids: list[int]) -> None:
+        """Refuse a prompt the core cannot decode: an empty one, or one that fills the model's context."""
+        if not prompt_ids:
+            raise DecodeError("empty prompt: the core needs at least one prompt token")
+        top = self.lm.max_positions
+        if top is not None and len(prompt_ids) >= top:
+            raise DecodeError(f"prompt of {len(prompt_ids)} tokens does not fit the model's context of "
+                              f"{top}: shorten it or use a model with a longer context")
+
     def _budget(self, prompt_len: int) -> int:
         budget = self.max_new_tokens
         if self.lm.max_positions is not None:

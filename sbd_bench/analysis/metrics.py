@@ -75,10 +75,15 @@ def is_verified(rec: dict) -> bool:
     return (rec.get("params") or {}).get("verify") == "on"
 
 
+def baseline_records(records: list[dict]) -> dict[tuple[str, str], dict]:
+    """(task, id) -> the baseline's (NTP's) record of that example, for records without error."""
+    return {example_key(r): r for r in records if r["solver"] == BASELINE_SOLVER and not r.get("error")}
+
+
 def paired_ratios(records: list[dict], field: str) -> dict[tuple[str, str], list[float]]:
     """(config, task) -> [baseline[field] / record[field]] per example paired with the baseline.
     ``records`` must already be collapsed over repeats."""
-    base = {example_key(r): r[field] for r in records if r["solver"] == BASELINE_SOLVER and not r.get("error")}
+    base = {key: r[field] for key, r in baseline_records(records).items()}
     out: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in sorted(records, key=example_key):
         b = base.get(example_key(r))
@@ -90,7 +95,7 @@ def paired_ratios(records: list[dict], field: str) -> dict[tuple[str, str], list
 
 def ntp_matches(records: list[dict]) -> dict[tuple[str, str], list[bool]]:
     """(config, task) -> [output_ids == NTP's output_ids] per example paired with the baseline."""
-    base = {example_key(r): r.get("output_ids") for r in records if r["solver"] == BASELINE_SOLVER and not r.get("error")}
+    base = {key: r.get("output_ids") for key, r in baseline_records(records).items()}
     out: dict[tuple[str, str], list[bool]] = defaultdict(list)
     for r in records:
         if not r.get("error") and base.get(example_key(r)) is not None:
@@ -134,7 +139,7 @@ def summarize(records: Iterable[dict]) -> list[dict]:
     nfe_ratios = paired_ratios(samples, "nfe")
     wall_ratios = paired_ratios(samples, "decode_time_s")
     matches = ntp_matches(samples)
-    ntp_tokens = {example_key(r): r["tokens"] for r in samples if r["solver"] == BASELINE_SOLVER and not r.get("error")}
+    ntp_tokens = {key: r["tokens"] for key, r in baseline_records(samples).items()}
     return [{**_row(config, task, recs, nfe_ratios.get((config, task), []), wall_ratios.get((config, task), []),
                     matches.get((config, task), [])), **_length_against_ntp(recs, ntp_tokens)}
             for (config, task), recs in groups.items()]

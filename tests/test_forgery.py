@@ -27,7 +27,7 @@ import pytest
 
 from sbd_bench.tasks import load_task, sandbox
 from sbd_bench.tasks.code_tasks import StdinTest, same_stdout
-from sbd_bench.tasks.sandbox import Limits, Session
+from sbd_bench.tasks.sandbox import Limits
 
 DATA = Path(__file__).parent / "data"
 TASKS = ("humaneval", "humaneval_plus", "mbpp", "livecodebench")

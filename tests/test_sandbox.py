@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from sbd_bench.tasks import sandbox
-from sbd_bench.tasks.sandbox import Limits, Outcome, Session, run_many, run_python, run_session
+from sbd_bench.tasks.sandbox import Limits, Outcome, Session, run_many, run_python
 
 REPO = Path(__file__).resolve().parent.parent
 

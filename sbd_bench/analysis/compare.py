@@ -29,6 +29,7 @@ from .records import check_output_file, load_run, write_text_atomic
 class CompareError(UsageError):
     """Two runs that cannot be compared; the message says why and what to do."""
 
+
 EPS = 1e-9  # "any change" still ignores float noise in means of identical integers
 
 

@@ -19,6 +19,7 @@ from sbd_bench.core.fastpath import FastPath, packed_sdpa
 from sbd_bench.core.masks import Pattern, attention_mask, static_mask
 from sbd_bench.core.model import load_model
 from sbd_bench.registry import parse_solver_spec, solver_registry
+from test_static_cache import assert_same_logits, core_forwards
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SOLVERS = "ntp+entropy_bounded:gamma=0.35+fixed_k:k=2"
@@ -67,39 +68,16 @@ def lm(tmp_path_factory):
     return load_model(path, device="cpu", dtype="float32")
 
 
-def _forwards(decoder: Decoder, cache, prompt: torch.Tensor) -> list[torch.Tensor]:
-    """Prefill, NTP steps and block steps of every shape the core uses (1 + k, 2k, k), with rollbacks."""
-    k, out = 4, []
-    decoder.prefill(prompt[:, :-1], cache)
-    token, position = prompt[:, -1:], prompt.shape[1] - 1
-    for _ in range(2):
-        logits = decoder.ntp_step(token, position, cache)
-        out.append(logits)
-        token, position = logits.argmax(-1, keepdim=True), position + 1
-    block, pending, start = torch.full((1, k), decoder.lm.mask_token_id), token, position + 1
-    for step in range(3):
-        logits = decoder.block_step(pending if step == 0 else block[:, :0], block, start, cache)
-        out.append(logits)
-        block[0, step] = int(logits[0, step].argmax())
-    out.append(decoder.block_step(block, torch.full((1, k), decoder.lm.mask_token_id), start + k, cache))
-    return out
-
-
 def test_compiled_forward_gives_the_eager_logits_with_one_compile(lm):
     from torch._dynamo.utils import counters
 
     prompt = torch.tensor([lm.tokenizer("12+34=5*6")["input_ids"]])
-    eager = _forwards(Decoder(lm), StaticKVCache(lm.model.config, capacity=64), prompt)
+    eager = core_forwards(Decoder(lm), StaticKVCache(lm.model.config, capacity=64), prompt)
     decoder = Decoder(lm, fast=True, compile=True)
     path = FastPath.for_model(lm)
     before = counters["stats"]["unique_graphs"]
     for _ in range(2):  # the second pass reuses the model's cache (reset) and the compiled code
-        compiled = _forwards(decoder, path.cache(1, 64), prompt)
-        for ref, got in zip(eager, compiled):
-            assert ref.shape == got.shape
-            finite = torch.isfinite(ref)  # the mask token's logit is -inf in both
-            assert torch.equal(finite, torch.isfinite(got))
-            assert (ref[finite] - got[finite]).abs().max().item() <= 1e-4
+        assert_same_logits(eager, core_forwards(decoder, path.cache(1, 64), prompt), 1e-4)
     assert counters["stats"]["unique_graphs"] - before == 1  # Q = 1, 5, 8 and 4: one compiled graph
     assert path.status == "static cache, torch.compile (graphs need CUDA)" and path.warmup_s > 0
 

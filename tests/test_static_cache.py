@@ -22,8 +22,9 @@ def lm(request, tmp_path_factory):
     return load_model(path, device="cpu", dtype="float32")
 
 
-def _script(decoder: Decoder, cache, prompt: torch.Tensor) -> list[torch.Tensor]:
-    """The core's forwards in the order generate uses them; returns every logits tensor."""
+def core_forwards(decoder: Decoder, cache, prompt: torch.Tensor) -> list[torch.Tensor]:
+    """The core's forwards in the order generate uses them, every query shape it uses (prefill, 1, 1 + k,
+    k, 2k) with rollbacks; returns every logits tensor (tests/test_fastpath.py runs it compiled)."""
     k, out = 4, []
     decoder.prefill(prompt[:, :-1], cache)
     token, position = prompt[:, -1:], prompt.shape[1] - 1
@@ -42,17 +43,20 @@ def _script(decoder: Decoder, cache, prompt: torch.Tensor) -> list[torch.Tensor]
     return out
 
 
+def assert_same_logits(reference: list[torch.Tensor], got: list[torch.Tensor], tolerance: float) -> None:
+    for ref, fast in zip(reference, got):
+        assert ref.shape == fast.shape
+        finite = torch.isfinite(ref)  # the mask token's logit is -inf in both
+        assert torch.equal(finite, torch.isfinite(fast))
+        assert (ref[finite] - fast[finite]).abs().max().item() <= tolerance
+
+
 def test_static_cache_matches_reference_logits(lm):
     prompt = torch.tensor([lm.tokenizer("12+34=5*6")["input_ids"]])
-    reference = _script(Decoder(lm), KVCache(lm.model.config), prompt)
+    reference = core_forwards(Decoder(lm), KVCache(lm.model.config), prompt)
     static = StaticKVCache(lm.model.config, capacity=64)
     for _ in range(2):  # the second pass runs on the reset cache, over stale columns
-        got = _script(Decoder(lm), static, prompt)
-        for ref, fast in zip(reference, got):
-            assert ref.shape == fast.shape
-            finite = torch.isfinite(ref)  # the mask token's logit is -inf in both
-            assert torch.equal(finite, torch.isfinite(fast))
-            assert (ref[finite] - fast[finite]).abs().max().item() <= 1e-5
+        assert_same_logits(reference, core_forwards(Decoder(lm), static, prompt), 1e-5)
         static.reset()
         assert static.length == 0
 

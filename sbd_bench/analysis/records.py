@@ -2,7 +2,8 @@
 
 A run folder holds:
   samples.jsonl   one JSON object per finished sample, appended and flushed as it finishes
-  summary.json    schema_version, complete, provenance, rows, failures, cost_curve; written atomically
+  summary.json    schema_version, complete, provenance, rows, failures, cost_curve, samples; written
+                  atomically
 
     >>> summary, records = load_run(Path("runs/x"))
 """

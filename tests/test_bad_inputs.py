@@ -64,7 +64,7 @@ def w(tmp_path_factory) -> dict:
     paths["broken_model"].mkdir()
     (paths["broken_model"] / "config.json").write_text('{"model_type": "no_such_architecture"}')
     paths["good_run"] = crafted_run(root / "good_run", standard_records(n=2))
-    for field, value in (("nfe", "many"), ("tokens", None), ("correct", "yes")):
+    for field, value in (("nfe", "many"), ("tokens", None), ("correct", "yes"), ("accepted_per_block", "all")):
         paths[f"run_{field}"] = damaged_run(root / f"run_{field}", 3, value, field)
     paths["run_garbage_line_4"] = damaged_run(root / "run_garbage_line_4", 4, raw=b"garbage")
     paths["run_not_utf8"] = damaged_run(root / "run_not_utf8", 2, raw=b'{"task": "caf\xe9"}')
@@ -111,7 +111,7 @@ CASES = {
     "run into a folder another run writes": ("run --task arith --out {busy}", "is being written by another run (pid"),
     "resume a folder another run writes": ("run --resume {busy}", "is being written by another run (pid"),
 }
-for _field, _value in (("nfe", '"many"'), ("tokens", "null"), ("correct", '"yes"')):
+for _field, _value in (("nfe", '"many"'), ("tokens", "null"), ("correct", '"yes"'), ("accepted_per_block", '"all"')):
     _where = f"samples.jsonl:3: field '{_field}' is {_value}"
     CASES[f"report, {_field}={_value}"] = (f"report {{run_{_field}}}", _where)
     CASES[f"compare, {_field}={_value}"] = (f"compare {{good_run}} {{run_{_field}}}", _where)

@@ -143,6 +143,9 @@ def test_same_seed_same_weights_and_resume_is_exact(smoke_run, tmp_path):
     assert all(torch.equal(first[name], resumed[name]) for name in first)
     assert [(s["stage"], s["resume"], s["from_step"], s["to_step"]) for s in _stages(split)] == [(1, False, 0, 30),
                                                                                                (2, True, 20, 30)]
+    # the window logged at step 25 before the kill is gone: one line per step, the resumed run's, equal in loss
+    windows = [(w["step"], w["loss_ntp"], w["loss_matp"]) for w in _log(split)]
+    assert windows == [(w["step"], w["loss_ntp"], w["loss_matp"]) for w in _log(smoke_run)]
 
 
 def test_a_fine_tune_carries_its_bases_stages_and_log(smoke_run, tmp_path):

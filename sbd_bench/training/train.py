@@ -222,6 +222,17 @@ def record_stage(cfg: TrainConfig, out: Path, base: Path | None, start: int, dev
         handle.write(json.dumps({"stage": entry["stage"], "command": cfg.command, "from_step": start}) + "\n")
 
 
+def drop_log_past(log_path: Path, step: int) -> None:
+    """A killed run has logged windows past its last checkpoint; the resumed run trains and logs those
+    steps again, so the earlier lines go (one line per step, the one that belongs to the weights)."""
+    if not log_path.is_file():
+        return
+    lines = log_path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [line for line in lines if json.loads(line).get("step", 0) <= step]
+    if len(kept) != len(lines):
+        log_path.write_text("".join(kept), encoding="utf-8")
+
+
 # ------------------------------------------------------------------------------------------ loop
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Linear warm-up, then cosine down to 10% of --lr."""
@@ -289,6 +300,7 @@ def train(cfg: TrainConfig, log=print) -> Path:
         state = torch.load(out / STATE_FILE, map_location=device, weights_only=False)
         optimizer.load_state_dict(state["optimizer"])
         start = state["step"]
+        drop_log_past(out / LOG_FILE, start)
     elif cfg.overwrite and out.is_dir():
         for name in (STATE_FILE, LOG_FILE, STAGES_FILE):
             (out / name).unlink(missing_ok=True)

@@ -28,6 +28,15 @@ def sweep_points(rows: list[dict], solver: str, param: str) -> dict[str, list[tu
     return {task: sorted(p, key=lambda item: item[2]) for task, p in points.items()}
 
 
+def label_groups(pts: list[tuple[float, float, object]]) -> dict[tuple[float, float], str]:
+    """{(speed, accuracy): "v1,v2,..."}: the parameter values that landed on the same spot, in order."""
+    groups: dict[tuple[float, float], list[str]] = {}
+    for x, acc, value in pts:
+        groups.setdefault((round(x, 6), acc), []).append(f"{value:g}" if isinstance(value, (int, float)) else str(value))
+    return {spot: (values[0] if len(values) == 1 else f"{values[0]}…{values[-1]}" if len(values) > 3 else ",".join(values))
+            for spot, values in groups.items()}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -52,24 +61,32 @@ def main(argv=None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    for i, (task, pts) in enumerate(sorted(points.items())):
-        color = f"C{i}"
-        xs, ys = [p[0] for p in pts], [100 * p[1] for p in pts]
-        ax.plot(xs, ys, "o-", color=color, label=f"{task} ({args.solver})")
-        for x, y, value in pts:
-            ax.annotate(f"{value:g}" if isinstance(value, (int, float)) else str(value), (x, y),
-                        textcoords="offset points", xytext=(4, 4), fontsize=8, color=color)
+    tasks = list(points)  # the run's task order (rows come in it)
+    cols = min(2, len(tasks))
+    rows_n = -(-len(tasks) // cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(5.2 * cols, 3.8 * rows_n), squeeze=False)
+    for i, task in enumerate(tasks):  # one panel per task, as the paper draws it: curves never hide each other
+        ax = axes[i // cols][i % cols]
+        pts = points[task]
+        ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], "o-", color="C0", label=args.solver)
+        for n, ((x, acc), values) in enumerate(label_groups(pts).items()):  # one label per spot: equal points share it
+            below = acc > 0.9 or n % 2  # neighbours alternate above and below, so close labels stay apart
+            ax.annotate(values, (x, 100 * acc), textcoords="offset points", xytext=(4, -12 if below else 5),
+                        fontsize=8, color="C0")
+        xs = [p[0] for p in pts] + [1.0]
+        ax.set_xlim(min(xs) / 1.25, max(xs) * 1.6)  # room for the rightmost label
         if task in ntp:
-            ax.plot([1.0], [100 * ntp[task]], "s", color=color, markerfacecolor="none", markersize=9,
-                    label=f"{task} (ntp)")
-    ax.set_xlabel("speed factor from forward counts (NTP NFE / NFE, paired per example)")
-    ax.set_ylabel("accuracy (%)")
-    ax.set_xscale("log", base=2)
-    ax.set_ylim(-3, 103)
-    ax.grid(True, alpha=0.3)
-    ax.set_title(args.title or f"{args.solver}: {args.param} sweep (labels: {args.param}; squares: NTP)")
-    ax.legend(fontsize=8, ncol=2, loc="lower left")
+            ax.plot([1.0], [100 * ntp[task]], "s", color="C3", markerfacecolor="none", markersize=10, label="ntp")
+        ax.set_title(task)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(-8, 108)
+        ax.grid(True, alpha=0.3)
+        ax.set_xlabel("speed factor from forward counts (NTP NFE / NFE)", fontsize=8)
+        ax.set_ylabel("accuracy (%)", fontsize=8)
+        ax.legend(fontsize=8, loc="lower left")
+    for j in range(len(tasks), rows_n * cols):
+        axes[j // cols][j % cols].set_visible(False)
+    fig.suptitle(args.title or f"{args.solver}: {args.param} sweep (labels: {args.param}; square: NTP)")
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=130)

@@ -264,12 +264,22 @@ def test_every_option_has_help_and_shows_its_default():
 
 
 def test_train_defaults_build_the_shipped_model():
-    """Plain `train` builds sbd-tiny's architecture with its learning rate (only the steps differ)."""
-    shipped = json.loads((ROOT / "models" / "sbd-tiny" / "training_args.json").read_text())
+    """Plain `train` is sbd-tiny's first stage: its architecture (config.json) and the recipe of stage 1 in
+    training_stages.jsonl (the later stages fine-tune it with their own flags, all recorded there)."""
+    shipped = ROOT / "models" / "sbd-tiny"
+    config = json.loads((shipped / "config.json").read_text())
+    first = json.loads((shipped / "training_stages.jsonl").read_text().splitlines()[0])
+    args = json.loads((shipped / "training_args.json").read_text())
     defaults = vars(build_parser().parse_args(["train"]))
-    for key in ("hidden_size", "layers", "heads", "intermediate_size", "max_positions", "lr", "batch_size",
-                "block_size", "min_block_size", "warmup", "data", "objective"):
-        assert defaults[key] == shipped[key], key
+    assert (defaults["hidden_size"], defaults["layers"], defaults["heads"], defaults["intermediate_size"],
+            defaults["max_positions"]) == (config["hidden_size"], config["num_hidden_layers"],
+                                           config["num_attention_heads"], config["intermediate_size"],
+                                           config["max_position_embeddings"])
+    for key in ("lr", "batch_size", "warmup", "data", "objective", "train_examples"):
+        assert defaults[key] == first[key], key
+    assert first["stage"] == 1 and first["base"] is None and not first["resume"]
+    for key in ("block_size", "min_block_size", "seed"):  # never changed between stages
+        assert defaults[key] == args[key], key
 
 
 def test_readme_commands_write_under_runs():

@@ -40,7 +40,7 @@ class TrainConfig:
     objective: str = "sbd"
     steps: int = 2000
     batch_size: int = 32
-    lr: float = 2e-3  # the shipped sbd-tiny's (models/sbd-tiny/training_args.json)
+    lr: float = 2e-3  # sbd-tiny's first stage (models/sbd-tiny/training_stages.jsonl)
     warmup: int = 100
     weight_decay: float = 0.01
     min_block_size: int = 2

@@ -407,10 +407,10 @@ class _null:
 # ------------------------------------------------------------------------------------------- CLI
 def add_cli(subparsers) -> None:
     p = subparsers.add_parser("train", help="fine-tune a causal LM with the SBD objective (or its NTP twin)",
-                              description="From scratch, the defaults build the shipped sbd-tiny's architecture "
-                                          "(Llama, hidden 192, 4 layers, 4 heads, FFN 512, 128 positions, character "
-                                          "tokenizer) and learning rate (2e-3); sbd-tiny itself was trained for "
-                                          "8000 steps (see models/sbd-tiny/README.md).")
+                              description="From scratch, the defaults are the shipped sbd-tiny's first stage: its "
+                                          "architecture (Llama, hidden 192, 4 layers, 4 heads, FFN 512, 128 positions, "
+                                          "character tokenizer), batch 32, lr 2e-3; sbd-tiny went on for 8000 steps, then "
+                                          "8000 more with --base (models/sbd-tiny/training_stages.jsonl).")
     d = TrainConfig(out="")
     p.add_argument("--out", default=None, help="output HF folder (required; refused if it holds a checkpoint, "
                                                "unless --resume or --overwrite)")

@@ -247,3 +247,25 @@ def test_records_without_a_summary_are_continued_by_run_out(setup, tmp_path, cap
     assert comparable(records) == comparable(whole)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] and summary["provenance"]["resumed"][0]["records_kept"] == 5
+
+
+def test_model_identity_is_weights_config_and_tokenizer(tiny_models, tmp_path):
+    """A model card or training log edited does not make the same weights "another model" (the
+    baseline's and a resumed run's check); a changed weight, config or tokenizer file does."""
+    import shutil
+
+    from sbd_bench.core.model import folder_hash
+
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_models["llama"], folder)
+    before = folder_hash(folder)
+    (folder / "README.md").write_text("# a card\n")
+    (folder / "curve.png").write_bytes(b"\x89PNG")
+    for name in ("training_args.json", "training_log.jsonl", "training_stages.jsonl"):
+        (folder / name).write_text('{"step": 1}\n')
+    assert folder_hash(folder) == before
+    for name in ("config.json", "tokenizer_config.json"):
+        changed = tmp_path / name
+        shutil.copytree(folder, changed)
+        (changed / name).write_text((changed / name).read_text().replace("{", '{"x": 1, ', 1))
+        assert folder_hash(changed) != before, name

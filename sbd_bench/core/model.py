@@ -83,10 +83,17 @@ def stop_token_ids(tokenizer, config) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
+# What a model folder may hold besides the model: its card and its training history. They change
+# without changing a single output, so they are not part of the model's identity.
+NOT_THE_MODEL = ("*.md", "*.png", "training_args.json", "training_log.jsonl", "training_stages.jsonl",
+                 "training_state.pt")
+
+
 def folder_hash(path: Path) -> str:
-    """sha256 over the folder's file names and contents (weights included): the model's identity."""
+    """sha256 over the folder's file names and contents (weights, config, tokenizer): the model's
+    identity. The card and the training history (``NOT_THE_MODEL``) are left out."""
     digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+    for file in sorted(p for p in path.rglob("*") if p.is_file() and not any(p.match(g) for g in NOT_THE_MODEL)):
         digest.update(str(file.relative_to(path)).encode())
         with open(file, "rb") as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):

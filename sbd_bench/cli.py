@@ -19,6 +19,7 @@ import sys
 import time
 from collections import Counter
 
+from .runner.options import add_decode_options
 from .types import UsageError
 
 EXIT_OK = 0
@@ -211,8 +212,10 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if (action.option_strings and action.default not in (None, False, [], argparse.SUPPRESS)
-                and "default" not in text):
+        # identity, not equality: 0 and 0.0 are defaults to show (`0 in (False,)` is true)
+        hidden = action.default is None or action.default is False or action.default == [] \
+            or action.default is argparse.SUPPRESS
+        if action.option_strings and not hidden and "default" not in text:
             text += " (default: %(default)s)"
         return text
 
@@ -227,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog="exit status: 0 every sample decoded; 1 some samples failed (one line per failing "
                                   "configuration at the end) or the run is incomplete; 2 bad input, nothing lost; "
                                   "130 interrupted (the resume command is printed)")
-    run_p.add_argument("--model", default="sbd-tiny", help="shipped model name or local HF folder")
+    add_decode_options(run_p)
     run_p.add_argument("--solver", default="all",
                        help="'all', a name, a comma list, sweeps 'entropy_bounded:gamma=0.1,0.35;proxy=margin', "
                             "several joined by '+' (ntp is always added as the baseline)")
@@ -238,32 +241,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="benchmark prompts through the tokenizer's chat template (instruct/reasoning models)")
     run_p.add_argument("--thinking", choices=["on", "off"], default=None,
                        help="reasoning mode of the chat template (enable_thinking); default: the template's own")
-    run_p.add_argument("--block-size", type=int, default=16, help="k, the positions decoded together in a block")
-    run_p.add_argument("--max-new-tokens", type=int, default=None, help="default: each task's own budget")
     run_p.add_argument("--limit", type=int, default=None, help="first N examples of each task (default: all)")
-    run_p.add_argument("--seed", type=int, default=0, help="seed of randomised solvers (random_order)")
     run_p.add_argument("--out", default=None, help="run folder (default: runs/DATE-TIME)")
-    run_p.add_argument("--plugins", action="append", default=[], metavar="DIR", help="folder of solver .py files")
-    run_p.add_argument("--device", default="auto", help="auto|cpu|cuda[:N]")
-    run_p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                       help="auto: bfloat16 on CUDA, float32 on CPU")
     run_p.add_argument("--attn", default="sdpa", help="attention implementation: sdpa|eager|flash_attention_2")
     run_p.add_argument("--batch-size", type=int, default=1,
                        help="sequences decoded together (same outputs and NFE as 1; halved on out-of-memory)")
-    run_p.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
-                       help="preallocated KV cache + CUDA graphs (default: on for CUDA, off on CPU)")
-    run_p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                       help="torch.compile the fast path's forward inside its graphs (default: on with the graphs; "
-                            "--no-compile keeps graphs only)")
     run_p.add_argument("--device-map", default=None, metavar="auto",
                        help="spread a model larger than one GPU over all GPUs (needs accelerate)")
     run_p.add_argument("--repeats", type=int, default=1, help="timed decodes per example and config; medians reported")
     run_p.add_argument("--warmup", type=int, default=1, help="unrecorded decodes per config before timing")
     run_p.add_argument("--resume", metavar="RUN_DIR", default=None,
                        help="finish an interrupted run with its own settings (other flags are ignored)")
-    run_p.add_argument("--threads", type=int, default=None,
-                       help="torch CPU threads (default: 1 for a model under 100M parameters on the CPU, else the "
-                            "cores the machine's load leaves free; recorded in provenance)")
     run_p.add_argument("--no-cost-curve", action="store_true", help="skip timing the 1, k, 2k-token forwards")
     run_p.add_argument("--no-report", action="store_true", help="skip writing report.md and the plots")
     run_p.set_defaults(func=cmd_run)

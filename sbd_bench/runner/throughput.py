@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from .options import add_decode_options
+
 
 def parse_sizes(spec: str) -> list[int]:
     from ..types import UsageError
@@ -152,27 +154,12 @@ def cmd_throughput(args) -> int:
 
 
 def add_cli(subparsers) -> None:
-    import argparse
-
     p = subparsers.add_parser("throughput", help="generated tokens/s against batch size, per solver configuration")
-    p.add_argument("--model", default="sbd-tiny", help="shipped model name or local HF folder")
+    add_decode_options(p)
     p.add_argument("--task", default="suite", help="one task name or JSONL file (the first, for 'suite')")
     p.add_argument("--solver", default="ntp+entropy_bounded", help="solver spec, as for `run`")
     p.add_argument("--batch-sizes", default="1,2,4,8", help="comma list")
     p.add_argument("--limit", type=int, default=16, help="examples decoded at every batch size")
-    p.add_argument("--block-size", type=int, default=16, help="k, the positions decoded together in a block")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="default: the task's own budget")
-    p.add_argument("--seed", type=int, default=0, help="seed of randomised solvers")
-    p.add_argument("--device", default="auto", help="auto|cpu|cuda[:N]")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="auto: bfloat16 on CUDA, float32 on CPU")
-    p.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
-                   help="preallocated KV cache + CUDA graphs (default: on for CUDA, off on CPU)")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="torch.compile the fast path's forward inside its graphs (default: on with the graphs)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: as for `run`, 1 for a model under 100M parameters)")
     p.add_argument("--repeats", type=int, default=1, help="timed passes per point; the median is reported")
-    p.add_argument("--plugins", action="append", default=[], metavar="DIR", help="folder of solver .py files")
     p.add_argument("--out", default=None, help="JSON file for the figures (default: runs/throughput-DATE-TIME.json)")
     p.set_defaults(func=cmd_throughput)

@@ -1,0 +1,26 @@
+"""Command-line options of the commands that decode (`run` and `throughput`), declared once, so that
+their names, defaults and help cannot drift apart. Only argparse here: `--help` stays fast."""
+from __future__ import annotations
+
+import argparse
+
+DTYPES = ["auto", "float32", "bfloat16", "float16"]
+
+
+def add_decode_options(parser: argparse.ArgumentParser) -> None:
+    """The model, how it runs, and what every decode shares (block size, budget, seed, plugins)."""
+    parser.add_argument("--model", default="sbd-tiny", help="shipped model name or local HF folder")
+    parser.add_argument("--block-size", type=int, default=16, help="k, the positions decoded together in a block")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default: each task's own budget")
+    parser.add_argument("--seed", type=int, default=0, help="seed of randomised solvers (random_order)")
+    parser.add_argument("--plugins", action="append", default=[], metavar="DIR", help="folder of solver .py files")
+    parser.add_argument("--device", default="auto", help="auto|cpu|cuda[:N]")
+    parser.add_argument("--dtype", default="auto", choices=DTYPES, help="auto: bfloat16 on CUDA, float32 on CPU")
+    parser.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
+                        help="preallocated KV cache + CUDA graphs (default: on for CUDA, off on CPU)")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="torch.compile the fast path's forward inside its graphs (default: on with the graphs; "
+                             "--no-compile keeps graphs only)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: 1 for a model under 100M parameters on the CPU, else the "
+                             "cores the machine's load leaves free; recorded)")

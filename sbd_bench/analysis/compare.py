@@ -133,8 +133,7 @@ def cmd_compare(args) -> int:
     tol = {"nfe": args.nfe_tol, "tpf": args.tpf_tol, "accuracy": args.accuracy_tol, "wall": args.wall_tol}
     for name, value in tol.items():
         if not (math.isfinite(value) and value >= 0):  # nan compares false with everything: it would turn a check off
-            flag = {"tpf": "--tpf-tol", "accuracy": "--accuracy-tol"}.get(name, f"--{name}-tol")
-            raise UsageError(f"{flag} must be a number >= 0 (got {value}); 0 means any change fails")
+            raise UsageError(f"--{name}-tol must be a number >= 0 (got {value}); 0 means any change fails")
     if args.out:
         check_output_file(Path(args.out))
     body, regressions, notes = compare_runs(Path(args.baseline), Path(args.run), tol)

@@ -80,10 +80,10 @@ def baseline_records(records: list[dict]) -> dict[tuple[str, str], dict]:
     return {example_key(r): r for r in records if r["solver"] == BASELINE_SOLVER and not r.get("error")}
 
 
-def paired_ratios(records: list[dict], field: str) -> dict[tuple[str, str], list[float]]:
+def paired_ratios(records: list[dict], field: str, baseline: dict | None = None) -> dict[tuple[str, str], list[float]]:
     """(config, task) -> [baseline[field] / record[field]] per example paired with the baseline.
-    ``records`` must already be collapsed over repeats."""
-    base = {key: r[field] for key, r in baseline_records(records).items()}
+    ``records`` must already be collapsed over repeats; ``baseline`` is their ``baseline_records``."""
+    base = {key: r[field] for key, r in (baseline if baseline is not None else baseline_records(records)).items()}
     out: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in sorted(records, key=example_key):
         b = base.get(example_key(r))
@@ -93,9 +93,9 @@ def paired_ratios(records: list[dict], field: str) -> dict[tuple[str, str], list
     return out
 
 
-def ntp_matches(records: list[dict]) -> dict[tuple[str, str], list[bool]]:
+def ntp_matches(records: list[dict], baseline: dict | None = None) -> dict[tuple[str, str], list[bool]]:
     """(config, task) -> [output_ids == NTP's output_ids] per example paired with the baseline."""
-    base = {key: r.get("output_ids") for key, r in baseline_records(records).items()}
+    base = {key: r.get("output_ids") for key, r in (baseline if baseline is not None else baseline_records(records)).items()}
     out: dict[tuple[str, str], list[bool]] = defaultdict(list)
     for r in records:
         if not r.get("error") and base.get(example_key(r)) is not None:
@@ -136,10 +136,11 @@ def summarize(records: Iterable[dict]) -> list[dict]:
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in samples:
         groups[(r["config"], r["task"])].append(r)
-    nfe_ratios = paired_ratios(samples, "nfe")
-    wall_ratios = paired_ratios(samples, "decode_time_s")
-    matches = ntp_matches(samples)
-    ntp_tokens = {key: r["tokens"] for key, r in baseline_records(samples).items()}
+    baseline = baseline_records(samples)  # one pass, shared by every pairing below
+    nfe_ratios = paired_ratios(samples, "nfe", baseline)
+    wall_ratios = paired_ratios(samples, "decode_time_s", baseline)
+    matches = ntp_matches(samples, baseline)
+    ntp_tokens = {key: r["tokens"] for key, r in baseline.items()}
     return [{**_row(config, task, recs, nfe_ratios.get((config, task), []), wall_ratios.get((config, task), []),
                     matches.get((config, task), [])), **_length_against_ntp(recs, ntp_tokens)}
             for (config, task), recs in groups.items()]

@@ -424,13 +424,18 @@ def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dic
     return "\n".join(text)
 
 
-def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
-    """Build every table and plot of a run folder; returns the path of report.md."""
+def write_report(run_dir: Path, out_dir: Path | None = None, loaded: tuple[dict, list[dict]] | None = None) -> Path:
+    """Build every table and plot of a run folder; returns the path of report.md. ``loaded`` is the
+    folder's ``load_run`` when the caller has read it already."""
+    summary, records = loaded or load_run(Path(run_dir))  # first: bad input must not leave folders behind
+    return _write_report(Path(run_dir), out_dir, summary, records)[0]
+
+
+def _write_report(run_dir: Path, out_dir: Path | None, summary: dict, records: list[dict]) -> tuple[Path, list[dict]]:
+    """(report.md, the ordered summary rows) of a loaded run folder."""
     import matplotlib
 
     matplotlib.use("Agg")
-    run_dir = Path(run_dir)
-    summary, records = load_run(run_dir)  # first: bad input must not leave folders behind
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = ordered(summarize(records))
@@ -446,15 +451,15 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     plot_distribution(records, rows, "forwards_per_block", "Forwards per block: share of blocks", "blocks",
                       out_dir / "forwards_per_block.png")
     write_text_atomic(out_dir / "report.md", report_text(run_dir, summary, rows, predictions))
-    return out_dir / "report.md"
+    return out_dir / "report.md", rows
 
 
 def cmd_report(args) -> int:
     summary, records = load_run(Path(args.run_dir))  # bad records first: nothing is written then
     if args.out:
         prepare_output_folder(Path(args.out), keep=False)
-    path = write_report(Path(args.run_dir), Path(args.out) if args.out else None)
-    print(markdown(*main_table(summarize(records))))
+    path, rows = _write_report(Path(args.run_dir), Path(args.out) if args.out else None, summary, records)
+    print(markdown(*main_table(rows)))
     print(json.dumps({"report": str(path), "complete": bool(summary.get("complete"))}))
     return 0
 

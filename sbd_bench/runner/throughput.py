@@ -131,7 +131,7 @@ def cmd_throughput(args) -> int:
     prompts = [task.encode(e, lm.tokenizer) for e in task.examples("test")[: args.limit]]
     rows = sweep(lm, task, prompts, solvers, sizes, cfg, report=lambda line: print(line, file=sys.stderr),
                  repeats=args.repeats)
-    result = {"command": getattr(args, "command_line", " ".join(["python -m sbd_bench", *sys.argv[1:]])), "date": time.strftime("%Y-%m-%d"),
+    result = {"command": args.command_line, "date": time.strftime("%Y-%m-%d"),
               "model": lm.path, "task": task.name, "examples": len(prompts), "block_size": args.block_size,
               "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "device": str(lm.device),
               "device_name": torch.cuda.get_device_name(lm.device) if lm.device.type == "cuda" else platform.processor()

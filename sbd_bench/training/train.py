@@ -448,7 +448,7 @@ def add_cli(subparsers) -> None:
 def cmd_train(args) -> int:
     keys = set(TrainConfig.__dataclass_fields__) - {"command", "out"}
     cfg = TrainConfig(out=args.out or "", **{k: v for k, v in vars(args).items() if k in keys},
-                      command=getattr(args, "command_line", " ".join(["python -m sbd_bench", *sys.argv[1:]])))
+                      command=args.command_line)
     if args.measure_throughput is not None:
         if args.measure_throughput < 1:
             raise TrainError(f"--measure-throughput must be >= 1 (got {args.measure_throughput})")

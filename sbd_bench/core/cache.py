@@ -76,13 +76,13 @@ class StaticKVCache:
     zero values: the masks block them, so they never contribute to attention.
     """
 
-    def __init__(self, config, capacity: int, dtype: torch.dtype = torch.float32, device="cpu"):
+    def __init__(self, config, capacity: int, device="cpu"):
         from transformers import StaticCache
 
         if capacity < 1:
             raise ValueError(f"StaticKVCache capacity must be >= 1 (got {capacity})")
         self.config, self.capacity = config, capacity
-        self.dtype, self.device = dtype, torch.device(device)  # the model's: for masks built here
+        self.device = torch.device(device)
         self.hf = StaticCache(config=config, max_cache_len=capacity)
         self.length = 0  # host copy of every layer's write position (``position`` on the device)
         self._hidden: dict[bool, torch.Tensor] = {}  # (B, capacity) key padding, see ``hidden_columns``

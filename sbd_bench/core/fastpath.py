@@ -104,7 +104,7 @@ class FastPath:
         if cache is None or cache.capacity < positions:
             capacity = max(CAPACITY_MIN, 1 << (positions - 1).bit_length())
             self._graphs = {key: g for key, g in self._graphs.items() if key[0] != batch}
-            cache = self._caches[batch] = StaticKVCache(self.lm.model.config, capacity, self.lm.dtype, self.lm.device)
+            cache = self._caches[batch] = StaticKVCache(self.lm.model.config, capacity, self.lm.device)
         cache.reset()
         return cache
 

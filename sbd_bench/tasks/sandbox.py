@@ -66,7 +66,6 @@ CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")  # world-writable folders a program gets private copies of
 NOBODY = 65534
 STATUSES = ("passed", "failed", "timed_out", "crashed")
-SETUP_FAILED = 125  # a side's status when it could not be set up (it says why on its setup pipe)
 FALLBACK_ENV = "SBD_SANDBOX_FALLBACK"  # =1: no private file system view, as on a kernel that refuses one
 _INSIDE = Path(__file__).parent / "sandboxed"  # the code that runs inside, as text
 _LAUNCHER = (_INSIDE / "launcher.py").read_text(encoding="utf-8")

@@ -292,6 +292,7 @@ def main():
     if os.getppid() != job["caller"]:
         os._exit(SETUP_FAILED)  # it died before the line above
     job["launcher"] = os.getpid()
+    peers = {}
     if len(job["sides"]) == 2:  # once here rather than in each side
         runtime = {"__name__": "sbd_proxy"}
         exec(compile(job["runtime"], "proxy.py", "exec"), runtime)
@@ -302,9 +303,7 @@ def main():
         site.sethelper()
         for name in job["preload"]:  # modules both sides would import (HumanEval's prompts: typing): once here
             __import__(name)
-    peers = {}
-    if len(job["sides"]) == 2:  # judge -> candidate, candidate -> judge
-        to_candidate, to_judge = os.pipe(), os.pipe()
+        to_candidate, to_judge = os.pipe(), os.pipe()  # judge -> candidate, candidate -> judge
         peers = {"judge": {"peer_in": to_judge[0], "peer_out": to_candidate[1]},
                  "candidate": {"peer_in": to_candidate[0], "peer_out": to_judge[1]}}
     started = []  # (pid, setup read end, exit read end) per side

@@ -12,7 +12,6 @@ import argparse
 import importlib
 import json
 import os
-import re
 import shlex
 import shutil
 import sys
@@ -89,16 +88,10 @@ class ProgressBar:
             self.bar = None
 
 
-def check_device(device: str) -> None:
-    """Refuse a --device torch does not know before anything loads (the model loader checks again)."""
-    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
-        raise UsageError(f"unknown --device {device!r}: use auto, cpu, cuda or cuda:N")
-
-
 def cmd_run(args) -> int:
     from pathlib import Path
 
-    from .core.model import resolve_model_path
+    from .core.model import pick_device, resolve_model_path
     from .runner import distributed
     from .runner.harness import RunConfig, resume, run
     from .tasks import expand_tasks
@@ -109,13 +102,9 @@ def cmd_run(args) -> int:
         raise UsageError("--resume runs in one process: resume a data-parallel run without torchrun")
     if args.resume:
         out = Path(args.resume)
-        try:
-            run_dir = resume(out, progress=progress, command=command)
-        except KeyboardInterrupt:
-            return _interrupted(out, progress)
     else:
         resolve_model_path(args.model)  # the cheapest checks first: a typo in --model costs no work
-        check_device(args.device)
+        pick_device(args.device)  # before anything loads (the model loader checks again)
         if distributed.launched() and not args.out:
             raise UsageError("under torchrun pass --out DIR: every rank must name the same run folder")
         out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
@@ -126,15 +115,17 @@ def cmd_run(args) -> int:
                         cost_curve=not args.no_cost_curve, report=not args.no_report, threads=args.threads,
                         chat_template=args.chat_template, thinking={"on": True, "off": False}.get(args.thinking),
                         batch_size=args.batch_size, fast=args.fast, compile=args.compile, device_map=args.device_map)
-        try:
-            if distributed.launched():
-                run_dir = distributed.run_data_parallel(cfg, progress=progress)
-                if run_dir is None:  # not rank 0: rank 0 reports for the whole run
-                    return 0
-            else:
-                run_dir = run(cfg, progress=progress)
-        except KeyboardInterrupt:
-            return _interrupted(out, progress)
+    try:
+        if args.resume:
+            run_dir = resume(out, progress=progress, command=command)
+        elif distributed.launched():
+            run_dir = distributed.run_data_parallel(cfg, progress=progress)
+            if run_dir is None:  # not rank 0: rank 0 reports for the whole run
+                return 0
+        else:
+            run_dir = run(cfg, progress=progress)
+    except KeyboardInterrupt:
+        return _interrupted(out, progress)
     summary = json.loads((run_dir / "summary.json").read_text())
     _print_table(summary["rows"])
     for line in failure_lines(summary):

@@ -103,3 +103,21 @@ def test_split_is_deterministic_and_merge_restores_the_order():
     assert [(r["id"], r["solver"]) for r in merge_in_order(records)] == [(str(i), s) for i in work for s in ("a", "b")]
     with pytest.raises(DistributedError, match="4 ranks for 3 examples"):
         shard_work([1, 2, 3], 0, 4)
+
+
+def test_a_folder_made_meanwhile_by_another_rank_is_no_error(tmp_path, monkeypatch):
+    """torchrun's ranks prepare OUT/.rankR at the same moment: a parent another rank made between the
+    check and the mkdir is used, and only what this process made counts as its own."""
+    from sbd_bench.analysis.records import prepare_output_folder
+
+    real_mkdir, out = Path.mkdir, tmp_path / "out"
+
+    def raced(self, *args, **kwargs):
+        if self == out:  # the other rank wins the race for the shared parent
+            real_mkdir(self)
+            raise FileExistsError(17, "File exists", str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", raced)
+    assert prepare_output_folder(out / ".rank0") == [out / ".rank0"]
+    assert (out / ".rank0").is_dir()

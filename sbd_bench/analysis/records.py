@@ -209,10 +209,17 @@ def prepare_output_folder(path: Path, flag: str = "--out", keep: bool = True) ->
     existing = next(p for p in (path, *path.parents) if p.exists() or p == Path(p.anchor or "."))
     if not existing.is_dir():
         raise RunFolderError(f"{flag} {path} lies under {existing}, which is a file: give a folder path")
-    created = [p for p in (path, *path.parents) if not p.exists()][::-1]  # outermost first
+    missing = [p for p in (path, *path.parents) if not p.exists()][::-1]  # outermost first
+    created: list[Path] = []
     try:
-        for folder in created:
-            folder.mkdir()
+        for folder in missing:
+            try:
+                folder.mkdir()
+            except FileExistsError:  # made meanwhile by another process (torchrun's ranks start together)
+                if not folder.is_dir():
+                    raise
+                continue
+            created.append(folder)
         probe = path / f".write-probe-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()

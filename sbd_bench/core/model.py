@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,14 +56,14 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> Path:
 
 
 def pick_device(device: str) -> torch.device:
+    """The one rule for ``--device`` (run, throughput, train): auto, cpu, mps, cuda or cuda:N."""
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):  # "tpu", "gpu", "meta", a typo
+        raise ModelError(f"unknown --device {device!r}: use auto, cpu, cuda or cuda:N")
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelError("--device cuda was asked for but torch sees no CUDA device: use --device cpu or auto")
-    try:
-        return torch.device(device)
-    except RuntimeError:  # "tpu", "gpu", a typo: torch's message lists every backend it knows
-        raise ModelError(f"unknown --device {device!r}: use auto, cpu, cuda or cuda:N") from None
+    return torch.device(device)
 
 
 def find_mask_token_id(tokenizer, config) -> int | None:

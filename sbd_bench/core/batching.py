@@ -168,7 +168,7 @@ class BatchDecoder:
         slot = torch.arange(k)
         while not all(r.finished for r in rows):
             for r, start in zip(rows, starts):
-                r.size = k if lm.max_positions is None else max(1, min(k, lm.max_positions - start))
+                r.size = max(1, d._block_room(start))
                 r.steps, r.reveal_step = 0, torch.full((r.size,), -1, dtype=torch.long)
             absent = slot[None] >= torch.tensor([[r.size] for r in rows])  # (B, k): slots past a row's context
             # the host copy of ``masked`` drives the bookkeeping: no device sync per row
@@ -259,7 +259,7 @@ class BatchDecoder:
             n = max(map(len, carried))
             starts = [r.cached + len(c) for r, c in zip(rows, carried)]
             for r, s in zip(rows, starts):
-                r.size = 0 if r.finished or r.final else k if lm.max_positions is None else min(k, lm.max_positions - s)
+                r.size = 0 if r.finished or r.final else d._block_room(s)
             width = k if any(r.size for r in rows) else 0
             tokens = torch.tensor([[filler] * (n - len(c)) + c for c in carried], device=device)
             hidden = torch.tensor([[i < n - len(c) for i in range(n)] + [j >= r.size for j in range(width)]

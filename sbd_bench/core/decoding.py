@@ -183,14 +183,14 @@ class Decoder:
                 return out, reason, [1] * len(out), per_block
 
     def _decode_blocks(self, prompt: torch.Tensor, solver: Solver, cache: KVCache):
-        lm, k, device = self.lm, self.block_size, self.lm.device
+        lm, device = self.lm, self.lm.device
         generator = torch.Generator().manual_seed(self.seed)
         out: list[int] = []
         revealed: list[int] = []
         per_block: list[int] = []
         pending, start, budget = prompt[:, -1:], prompt.shape[1], self._budget(prompt.shape[1])
         while True:
-            size = k if lm.max_positions is None else min(k, lm.max_positions - start)
+            size = self._block_room(start)
             block = torch.full((1, size), lm.mask_token_id, dtype=torch.long, device=device)
             masked = torch.ones(1, size, dtype=torch.bool, device=device)
             reveal_step = [-1] * size  # the forward that revealed each slot; -1: still masked (host side)
@@ -224,7 +224,7 @@ class Decoder:
         replaced by NTP's token, the rest are dropped and their keys/values rolled back. NTP's token
         after the last carried one is exact: it is the block's first position. Stops and the budget see
         committed tokens only, so the output is NTP's, token for token."""
-        lm, k, device = self.lm, self.block_size, self.lm.device
+        lm, device = self.lm, self.lm.device
         generator = torch.Generator().manual_seed(self.seed)
         out: list[int] = []
         revealed: list[int] = []  # tokens committed by each forward
@@ -236,7 +236,7 @@ class Decoder:
             # forward's results come to the host in one read; that draft is void if NTP rejects one.
             carried = pending[:-1] if final else pending
             n, start = len(carried), prompt.shape[1] - 1 + len(out) + len(carried)  # pending[0] at P - 1 + len(out)
-            size = 0 if final else k if lm.max_positions is None else min(k, lm.max_positions - start)
+            size = 0 if final else self._block_room(start)
             block = torch.full((1, size), lm.mask_token_id, dtype=torch.long, device=device)
             ntp_logits, logits = self.carry_step(torch.tensor([carried], device=device), block, start, cache)
             ntp = ntp_logits.argmax(-1)  # (1, n)
@@ -292,6 +292,11 @@ class Decoder:
         if top is not None and len(prompt_ids) >= top:
             raise DecodeError(f"prompt of {len(prompt_ids)} tokens does not fit the model's context of "
                               f"{top}: shorten it or use a model with a longer context")
+
+    def _block_room(self, start: int) -> int:
+        """Positions of a block starting at ``start``: k, or what the model's context leaves."""
+        k, limit = self.block_size, self.lm.max_positions
+        return k if limit is None else min(k, limit - start)
 
     def _budget(self, prompt_len: int) -> int:
         budget = self.max_new_tokens

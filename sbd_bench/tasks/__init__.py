@@ -57,9 +57,12 @@ def _import_builtin_tasks() -> None:
         importlib.import_module(f"{__name__}.{info.name}")
 
 
-def iter_jsonl(path: str | Path, error: type[UsageError] = TaskError):
-    """(line number, object) for each non-blank line; ``error`` names the file and line of a bad one."""
-    with open(path, "rb") as handle:
+def iter_jsonl(path: str | Path, error: type[UsageError] = TaskError, objects_only: bool = True):
+    """(line number, value) for each non-blank line of a JSONL file (gzipped if it ends in .gz); ``error``
+    names the file and line of a bad one. ``objects_only``: each value must be a JSON object."""
+    import gzip
+
+    with (gzip.open if str(path).endswith(".gz") else open)(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             try:
                 line = raw.decode("utf-8")
@@ -71,7 +74,7 @@ def iter_jsonl(path: str | Path, error: type[UsageError] = TaskError):
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise error(f"{path}:{number}: not valid JSON ({exc.msg}); write one JSON object per line") from None
-            if not isinstance(row, dict):
+            if objects_only and not isinstance(row, dict):
                 raise error(f"{path}:{number}: expected a JSON object, one per line")
             yield number, row
 

@@ -13,13 +13,12 @@ Options every benchmark task takes (``--task NAME:path=FILE`` and ``--chat-templ
 """
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ..types import Example, Task
-from . import TaskError
+from . import TaskError, iter_jsonl
 
 
 def read_rows(path: Path) -> list[tuple[int, Any]]:
@@ -30,32 +29,22 @@ def read_rows(path: Path) -> list[tuple[int, Any]]:
     if path.suffix == ".parquet":
         raise TaskError(f"{path}: parquet is not read here; convert it once with pandas.read_parquet("
                         f"'{path.name}').to_json('{path.stem}.jsonl', orient='records', lines=True)")
-    opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8") as handle:
-            text = handle.read()
+        if path.suffix != ".json":
+            return list(iter_jsonl(path, TaskError, objects_only=False))
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise TaskError(f"{path}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
     except (OSError, EOFError) as exc:  # a .gz that is not gzip, or is cut short
         raise TaskError(f"{path}: cannot be read ({exc}); give an intact .jsonl, .jsonl.gz or .json file") from None
-    if path.suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TaskError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); "
-                            "give a JSON list or a JSONL file") from None
-        if not isinstance(data, list):
-            raise TaskError(f"{path}: expected a JSON list of objects (or a .jsonl file with one object per line)")
-        return list(enumerate(data, start=1))
-    rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append((number, json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise TaskError(f"{path}:{number}: not valid JSON ({exc.msg}); "
-                                "write one JSON object per line") from None
-    return rows
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TaskError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); "
+                        "give a JSON list or a JSONL file") from None
+    if not isinstance(data, list):
+        raise TaskError(f"{path}: expected a JSON list of objects (or a .jsonl file with one object per line)")
+    return list(enumerate(data, start=1))
 
 
 def strip_thinking(output: str) -> str:

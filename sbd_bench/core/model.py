@@ -66,6 +66,25 @@ def pick_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what ``platform`` knows."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_name(device: torch.device) -> str:
+    """What a record calls the machine that computed it: the GPU's name, or the CPU's."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+
+
 def find_mask_token_id(tokenizer, config) -> int | None:
     """The mask token: the tokenizer's mask_token, else ``config.mask_token_id``."""
     if getattr(tokenizer, "mask_token_id", None) is not None:

@@ -33,7 +33,7 @@ from ..analysis.records import (SAMPLES, SUMMARY, RecordWriter, RunFolderError, 
                                 write_json_atomic)
 from ..analysis.report import write_report
 from ..core.fastpath import FastPath
-from ..core.model import MODELS_DIR, LoadedModel, folder_hash, load_model
+from ..core.model import MODELS_DIR, LoadedModel, cpu_model, device_name, folder_hash, load_model
 from ..registry import parse_solver_spec, solver_registry
 from ..tasks import load_task
 from ..tasks.code_tasks import CodeTask
@@ -65,17 +65,6 @@ def _git(*args) -> str | None:
         return None
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def provenance(cfg: RunConfig, lm: LoadedModel, threads_chosen: str | None = None) -> dict:
     """Everything needed to know what produced the numbers, and to reproduce them."""
     import transformers
@@ -95,12 +84,12 @@ def provenance(cfg: RunConfig, lm: LoadedModel, threads_chosen: str | None = Non
         "model_info": lm.info,
         "model_config": {k: model_config.get(k) for k in MODEL_CONFIG_KEYS},
         "device": str(dev),
-        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else _cpu_model(),
+        "device_name": device_name(dev),
         "gpu_name": gpu.get("gpu_name"),
         "driver_version": gpu.get("driver_version"),
         "cuda_driver_version": gpu.get("cuda_driver_version"),
         "cuda": torch.version.cuda,
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "threads_chosen": threads_chosen,  # why that many: --threads, or the rule of choose_threads

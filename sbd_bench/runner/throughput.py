@@ -102,12 +102,10 @@ def sweep(lm, task, prompts, solvers, sizes: list[int], cfg, report=lambda line:
 
 
 def cmd_throughput(args) -> int:
-    import platform
-
     import torch
 
     from ..analysis.records import check_output_file, write_json_atomic
-    from ..core.model import load_model
+    from ..core.model import device_name, load_model
     from ..registry import parse_solver_spec, solver_registry
     from ..tasks import expand_tasks, load_task
     from ..types import UsageError
@@ -134,8 +132,7 @@ def cmd_throughput(args) -> int:
     result = {"command": args.command_line, "date": time.strftime("%Y-%m-%d"),
               "model": lm.path, "task": task.name, "examples": len(prompts), "block_size": args.block_size,
               "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "device": str(lm.device),
-              "device_name": torch.cuda.get_device_name(lm.device) if lm.device.type == "cuda" else platform.processor()
-              or platform.machine(), "threads": torch.get_num_threads(), "threads_chosen": threads_chosen,
+              "device_name": device_name(lm.device), "threads": torch.get_num_threads(), "threads_chosen": threads_chosen,
               "fast": use_fast_path(cfg, lm),
               "torch": torch.__version__, "rows": rows}
     out.parent.mkdir(parents=True, exist_ok=True)

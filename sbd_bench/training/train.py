@@ -198,7 +198,7 @@ def save_checkpoint(model, tokenizer, optimizer, step: int, cfg: TrainConfig, ou
 def record_stage(cfg: TrainConfig, out: Path, base: Path | None, start: int, device) -> None:
     """Append this command to ``training_stages.jsonl``: what trained the weights, stage by stage. A
     fine-tune starts from its base's stages (and its log), so a shipped folder tells its whole history."""
-    import platform
+    from ..core.model import device_name
 
     stages = out / STAGES_FILE
     if not cfg.resume and base is not None:
@@ -206,11 +206,7 @@ def record_stage(cfg: TrainConfig, out: Path, base: Path | None, start: int, dev
             if (base / name).is_file():
                 (out / name).write_bytes((base / name).read_bytes())
     previous = stages.read_text(encoding="utf-8").splitlines() if stages.is_file() else []
-    machine = platform.processor() or platform.machine()
-    if device.type == "cuda":
-        import torch
-
-        machine = torch.cuda.get_device_name(device)
+    machine = device_name(device)
     entry = {"stage": len(previous) + 1, "command": cfg.command, "objective": cfg.objective,
              "base": cfg.base if not cfg.resume else None, "resume": cfg.resume, "from_step": start, "to_step": cfg.steps,
              "batch_size": cfg.batch_size, "lr": cfg.lr, "warmup": cfg.warmup, "data": cfg.data,

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -42,7 +41,7 @@ from sbd_bench.core.batching import BatchDecoder  # noqa: E402
 from sbd_bench.core.decoding import Decoder  # noqa: E402
 from sbd_bench.core.fastpath import FastPath  # noqa: E402
 from sbd_bench.core.masks import Pattern  # noqa: E402
-from sbd_bench.core.model import LoadedModel  # noqa: E402
+from sbd_bench.core.model import LoadedModel, device_name  # noqa: E402
 from sbd_bench.registry import solver_registry  # noqa: E402
 
 LLAMA_31_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
@@ -252,7 +251,7 @@ def cuda_rng(device: torch.device) -> dict:
 def records(device: torch.device, limit: int, batch: int, compile: bool) -> dict:
     """The shipped sbd-tiny in float32 on ``device``: its records with the fast path, without it, and
     at batch ``batch`` equal the CPU reference's (output ids, NFE, correctness), sample by sample."""
-    from sbd_bench.analysis.records import read_records
+    from sbd_bench.analysis.records import load_run
     from sbd_bench.runner.harness import RunConfig, run
     from sbd_bench.tasks import expand_tasks
 
@@ -260,10 +259,9 @@ def records(device: torch.device, limit: int, batch: int, compile: bool) -> dict
         out = Path(tempfile.mkdtemp(prefix="gpu-check-records-"))
         cfg = RunConfig(model="sbd-tiny", tasks=expand_tasks("suite"), solvers="all", out=out, limit=limit,
                         dtype="float32", cost_curve=False, report=False, warmup=0, **kw)
-        run(cfg)
-        summary = json.loads((out / "summary.json").read_text())
+        summary, records = load_run(run(cfg))
         return {"records": {(r["config"], r["task"], str(r["id"])): (r["output_ids"], r["nfe"], r["correct"])
-                            for r in read_records(out / "samples.jsonl")},
+                            for r in records},
                 "fast_path": summary["provenance"].get("fast_path")}
 
     reference = run_records(device="cpu", fast=False)["records"]
@@ -341,7 +339,7 @@ def main() -> None:
     tokens = args.tokens or (24 if args.tiny else 256)
     repeats, slow_repeats = (2, 1) if args.tiny else (3, 1)
     batches = [1, 2] if args.tiny else [1, 8, 32]
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "cpu")
+    name = device_name(device)
     out = Path(args.out or ROOT / "results" / f"gpu_check-{time.strftime('%Y-%m-%d')}-{name.replace(' ', '_')}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

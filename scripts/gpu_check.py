@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -340,7 +341,7 @@ def main() -> None:
     repeats, slow_repeats = (2, 1) if args.tiny else (3, 1)
     batches = [1, 2] if args.tiny else [1, 8, 32]
     name = device_name(device)
-    out = Path(args.out or ROOT / "results" / f"gpu_check-{time.strftime('%Y-%m-%d')}-{name.replace(' ', '_')}.json")
+    out = Path(args.out or ROOT / "results" / f"gpu_check-{time.strftime('%Y-%m-%d')}-{re.sub(r'[^A-Za-z0-9.-]+', '_', name).strip('_')}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     result = {"command": "python scripts/gpu_check.py " + " ".join(sys.argv[1:]), "date": time.strftime("%Y-%m-%d"),

@@ -436,27 +436,27 @@ def _run_session(iso: Isolation, session: Session, limits: Limits) -> Outcome:
         both = set(_IMPORT.findall(session.judge)) & set(_IMPORT.findall(session.candidate))
         report, timed_out, seconds = run.launch(preload=both & PRELOADABLE)
         stdout, stderr = run.output(candidate, "stdout"), run.output(candidate, "stderr")
-        run.files[judge]["report"].seek(0)
-        verdict = _verdict(run.files[judge]["report"].read())
+        verdict = _verdict(run.output(judge, "report"))
         judge_said = run.output(judge, "stderr")
     code = _exit_code(report[candidate]["status"]) if report else None
     if timed_out:
-        return Outcome("timed_out", code, stdout, stderr, seconds, "wall-clock limit")
-    if isinstance(verdict, dict) and verdict.get("passed") is True:
+        return _outcome(code, True, stdout, stderr, seconds)
+    if verdict is not None and verdict[0]:
         return Outcome("passed", code, stdout, stderr, seconds)
     ended = _outcome(code, False, stdout, stderr, seconds) if code is not None else None
     if ended is not None and ended.status in ("timed_out", "crashed"):  # it hit a limit: say which
         return ended
-    if isinstance(verdict, dict):
-        return Outcome("failed", code, stdout, stderr, seconds, str(verdict.get("detail", ""))[:300])
+    if verdict is not None:
+        return Outcome("failed", code, stdout, stderr, seconds, verdict[1][:300])
     why = judge_said.strip().splitlines()[-1][:200] if judge_said.strip() else f"status {_exit_code(report[judge]['status'])}"
     return Outcome("failed", code, stdout, stderr, seconds, f"the judge ended without a verdict ({why})")
 
 
-def _verdict(data: bytes) -> dict | None:
-    """The judge's report ("passed", or "failed" and a line saying why), or None if it wrote none."""
-    said, _, detail = data.decode("utf-8", "replace").partition("\n")
-    return {"passed": said == "passed", "detail": detail} if said in ("passed", "failed") else None
+def _verdict(report: str) -> tuple[bool, str] | None:
+    """(passed, why) from the judge's report ("passed", or "failed" and a line saying why), or None if
+    it wrote none."""
+    said, _, detail = report.partition("\n")
+    return (said == "passed", detail) if said in ("passed", "failed") else None
 
 
 def _outcome(code: int | None, timed_out: bool, stdout: str, stderr: str, seconds: float) -> Outcome:

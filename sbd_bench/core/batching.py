@@ -276,8 +276,7 @@ class BatchDecoder:
             if working:
                 chosen, picked = self._select(solver, logits, masked_host.to(device), rows, working, 0)
                 block = torch.where(chosen, picked, block)
-            read = torch.cat([ntp, block, chosen.long()], dim=-1).tolist()  # the forward's one device read
-            block_host, chosen_list = [row[n : n + width] for row in read], [[bool(c) for c in row[n + width :]] for row in read]
+            ntp_host, block_host, chosen_list = to_host(ntp, block, chosen)  # the forward's one device read
             if working:
                 _check_reveal(solver, [chosen_list[b] for b in working], masked_host[working].tolist())
             masked_host &= ~torch.tensor(chosen_list, dtype=torch.bool).reshape(batch, width)
@@ -285,7 +284,7 @@ class BatchDecoder:
             for b, r in enumerate(rows):
                 if r.finished:
                     continue
-                new, accepted, replaced = verify_drafts(r.pending, read[b][n - len(carried[b]) : n])
+                new, accepted, replaced = verify_drafts(r.pending, ntp_host[b][n - len(carried[b]) :])
                 kept[b] = accepted + 1 if replaced else len(carried[b])
                 if r.blocks["drafted_per_block"]:  # the previous block's drafts are judged now
                     r.blocks["accepted_per_block"][-1], r.blocks["replaced_per_block"][-1] = accepted, int(replaced)

@@ -245,11 +245,10 @@ class Decoder:
                 block[:, 0] = ntp[:, -1]  # NTP's token after the last carried one: the block's first position
             if size > 1:
                 chosen, block = _choose(solver, logits, torch.tensor([still], device=device), block, 0, generator)
-            read = torch.cat([ntp, block, chosen.long()], dim=-1).tolist()[0]  # the forward's one device read
-            tokens, picked = read[n : n + size], [bool(c) for c in read[n + size :]]
+            (ntp_host,), (tokens,), (picked,) = to_host(ntp, block, chosen)  # the forward's one device read
             if size > 1:
                 _check_reveal(solver, [picked], [still])
-            new, accepted, replaced = verify_drafts(pending, read[:n])
+            new, accepted, replaced = verify_drafts(pending, ntp_host)
             cache.rollback(n - 1 - accepted if replaced else 0)  # keys/values of rejected drafts
             if blocks["drafted_per_block"]:  # the previous block's drafts are judged now
                 blocks["accepted_per_block"][-1], blocks["replaced_per_block"][-1] = accepted, int(replaced)
@@ -389,12 +388,16 @@ def _end_block(blocks: dict[str, list[int]], forwards: int, drafted: int) -> Non
         blocks[name].append(value)
 
 
-def to_host(block: torch.Tensor, chosen: torch.Tensor) -> tuple[list[list[int]], list[list[bool]]]:
-    """The block's tokens and the solver's choice (B, k) as lists, in one device-to-host copy: the
-    only synchronisation of a block forward; the bookkeeping after it runs on the host."""
-    both = torch.cat([block, chosen.long()], dim=-1).tolist()
-    k = block.shape[-1]
-    return [row[:k] for row in both], [[bool(c) for c in row[k:]] for row in both]
+def to_host(*tensors: torch.Tensor) -> list[list[list]]:
+    """(B, w) tensors (the carried tokens' NTP argmax, the block, the solver's choice) as lists of rows,
+    bool tensors as bools, in one device-to-host copy: the only synchronisation of a block forward; the
+    bookkeeping after it runs on the host."""
+    rows, parts, at = torch.cat([t.long() for t in tensors], dim=-1).tolist(), [], 0
+    for t in tensors:
+        part = [row[at : at + t.shape[-1]] for row in rows]
+        parts.append([[bool(v) for v in row] for row in part] if t.dtype == torch.bool else part)
+        at += t.shape[-1]
+    return parts
 
 
 def _check_shape(solver: Solver, chosen: torch.Tensor, masked: torch.Tensor) -> None:

@@ -58,13 +58,13 @@ def test_breaking_the_layering_fails(tmp_path, where, after, line, broken):
 
 
 def test_files_the_docs_name_exist():
-    """Every tests/, scripts/ or benchmarks/ file named in the README, a model card or a module's text
+    """Every tests/, scripts/ or benchmarks/ file named in the README, docs/, a model card or a module's text
     exists (the conformance kit's docstring once named a test file that did not)."""
     import re
 
     named = set()
-    for doc in [ROOT / "README.md", *ROOT.glob("models/*/README.md"), *ROOT.glob("sbd_bench/**/*.py"),
-                *ROOT.glob("solvers/*.py")]:
+    for doc in [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("models/*/README.md"),
+                *ROOT.glob("sbd_bench/**/*.py"), *ROOT.glob("solvers/*.py")]:
         named |= {(doc.name, m) for m in re.findall(r"\b(?:tests|scripts|benchmarks)/[\w/]+\.(?:py|sh)\b", doc.read_text())}
     assert any(path == "tests/test_solvers.py" for doc, path in named if doc == "conformance.py")
     missing = sorted((doc, path) for doc, path in named if not (ROOT / path).exists())

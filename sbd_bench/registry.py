@@ -26,7 +26,7 @@ BUILTIN_SOLVERS = Path(__file__).resolve().parent.parent / "solvers"
 ENTRY_POINT_GROUP = "sbd_bench.solvers"
 VERIFY_KEY = "verify"  # a core option in every block solver's spec, not a solver parameter
 # what `all` adds to every solver at its defaults, verified: the paper's solver, and the whole block in one
-# forward (one forward per block at the default k=16: never more forwards than NTP; README)
+# forward (one forward per block at the default k=16: never more forwards than NTP; docs/decoding.md)
 VERIFIED_IN_ALL = (("entropy_bounded", {}), ("fixed_k", {"k": "16"}))
 
 

@@ -132,7 +132,7 @@ class Solver:
 class Verified(Solver):
     """A block solver decoded in the core's verify mode (``--solver "name:...;verify=on"``): the solver
     drafts each block as usual, and the core commits a drafted token only where it equals NTP's argmax
-    after the committed tokens before it, so the output is NTP's, token for token (README, 'Verified
+    after the committed tokens before it, so the output is NTP's, token for token (docs/decoding.md, 'Verified
     decoding'). Any solver gets it, plugins included: it wraps the solver and changes nothing in it.
     Params and label are the solver's plus ``verify=on``."""
 

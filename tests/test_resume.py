@@ -150,7 +150,7 @@ def test_sigterm_marks_incomplete_and_resume_finishes(setup, tmp_path):
     (out / "summary.json").write_text(json.dumps(summary))
     assert main(["run", "--resume", str(out)]) == 0  # through the CLI this time
     summary = json.loads((out / "summary.json").read_text())
-    assert "resumed" not in summary  # the README's place: provenance.resumed, the older entry first
+    assert "resumed" not in summary  # the documented place (docs/measurement.md): provenance.resumed, the older entry first
     assert [r["command"] for r in summary["provenance"]["resumed"]][0] == "an older resumption"
     assert summary["provenance"]["resumed"][1]["command"].startswith("python -m sbd_bench run --resume")
     records = read_records(out / "samples.jsonl")

@@ -292,7 +292,7 @@ SKIP_FIELDS = {"wall_time_s", "prefill_time_s", "decode_time_s", "peak_memory_by
 
 
 def nfe_minus_ntp(rec: dict) -> int:
-    """What the README states: nfe - tokens (= NTP's nfe) = sum over blocks but the last of (forwards - 1 -
+    """What docs/decoding.md states: nfe - tokens (= NTP's nfe) = sum over blocks but the last of (forwards - 1 -
     accepted), + 1 when the last forward was a final check that confirmed every draft (no next token)."""
     f, a, revealed = rec["forwards_per_block"], rec["accepted_per_block"], rec["revealed_per_forward"]
     final_confirmed = int(len(f) > 1 and revealed[-1] == a[-2])

@@ -11,7 +11,7 @@ with like), then summarised with the same metrics. Per configuration x task it f
   errors                   increase
   ntp_match_rate           is below 1 in a verified configuration (its output must be NTP's)
 and when the run has a configuration the baseline lacks (refresh the baseline deliberately, see the
-README). Greedy decoding makes NFE, tokens and accuracy deterministic on one machine.
+docs/measurement.md). Greedy decoding makes NFE, tokens and accuracy deterministic on one machine.
 Exit status: 0 pass, 1 regression, 2 bad input. The last stdout line is JSON.
 """
 from __future__ import annotations
@@ -74,7 +74,7 @@ def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[lis
     if changed:
         raise CompareError(f"{len(changed)} shared example(s) have different prompts in {baseline_dir} and {run_dir} "
                            f"(first: {'/'.join(changed[0])}): the task changed, so nothing compares; refresh the "
-                           f"baseline deliberately (README, 'Measurement')")
+                           f"baseline deliberately (docs/measurement.md)")
     base_rows = {(r["config"], r["task"]): r for r in summarize(r for r in base_records if example_key(r) in shared)}
     run_rows = {(r["config"], r["task"]): r for r in summarize(r for r in run_records if example_key(r) in shared)}
     notes = _setting_notes(base_summary, run_summary)
@@ -85,7 +85,7 @@ def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[lis
         base = base_rows.get(key)
         if base is None:
             regressions.append(f"{key[0]} on {key[1]}: missing from the baseline {baseline_dir}; refresh the "
-                               f"baseline deliberately (README, 'Measurement') or drop it from the run")
+                               f"baseline deliberately (docs/measurement.md) or drop it from the run")
             body.append([key[0], key[1], "-", _f(row["nfe"]), "-", _f(row["accuracy"]), "-", _f(row["tokens_per_forward"]),
                          "-", _f(row["speed_factor_wall"]), "MISSING IN BASELINE"])
             continue

@@ -180,10 +180,36 @@ def test_markers_on_one_spot_are_all_visible(tmp_path):
                                   for x, y in at_7)
 
 
+def test_no_marker_is_drawn_outside_0_to_100_percent(tmp_path):
+    # record in the baseline: seven configurations at 100% within a marker's width of one another, and
+    # at 0% the same crowd; moved up or down to stay visible, one was drawn at 106%
+    configs = ["ntp", "confidence:tau=0.9", "entropy_bounded:gamma=0.35,proxy=entropy", "factor:f=1.0",
+               "fixed_k:k=2", "left_to_right:n=1", "random_order:n=2", "fixed_k:k=16,verify=on"]
+    rows = [speed_row(c, task, 13.53 if i % 2 else 1.0, accuracy, wall=6.5 if i % 2 else 0.5)
+            for task, accuracy in (("record", 1.0), ("tag", 0.0)) for i, c in enumerate(configs)]
+    fig = report.plot_accuracy_vs_speed(rows, tmp_path / "p.png")
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(panels) == 2
+    width_px = report.MARKER_AREA ** 0.5 * fig.dpi / 72
+    for ax, accuracy in zip(panels, (100.0, 0.0)):
+        spots = marker_spots(ax)
+        assert len(spots) == 2 * len(configs)
+        drawn = [ax.transData.inverted().transform((x, y)) for x, y, *_ in spots]  # back to (speed, accuracy %)
+        assert all(-1e-6 <= y <= 100 + 1e-6 for _, y in drawn), drawn  # inside the accuracy axis' range
+        assert all(abs(y - accuracy) < 8 for _, y in drawn), drawn  # near its own: two rows below/above at most
+        assert all(x >= 0 for x, _ in drawn), drawn  # and none left of a speed factor of 0
+        for i, (x1, y1, *_) in enumerate(spots):  # and still none covers another
+            assert all(((x1 - x2) ** 2 + (y1 - y2) ** 2) ** 0.5 >= width_px for x2, y2, *_ in spots[i + 1:])
+
+
 def test_spread_markers_keeps_the_first_on_its_spot():
     assert report.spread_markers([(0.0, 0.0), (100.0, 0.0)], width=10) == [(0.0, 0.0), (0.0, 0.0)]
     offsets = report.spread_markers([(0.0, 0.0)] * 3, width=10)
     assert offsets[0] == (0.0, 0.0) and {abs(dx) for dx, _ in offsets[1:]} == {12.0}  # sideways first
+    # at the top of the range (100%), on the left edge (speed 0): right, then below, never above or left
+    offsets = report.spread_markers([(0.0, 100.0)] * 4, width=10, bounds=(0.0, 500.0, 0.0, 100.0))
+    assert offsets[:2] == [(0.0, 0.0), (12.0, 0.0)] and all(dx >= 0 and dy <= 0 for dx, dy in offsets)
+    assert len(set(offsets)) == 4
 
 
 def test_accuracy_vs_speed_legend_says_filled_and_hollow(tmp_path):

@@ -24,6 +24,7 @@ import csv
 import io
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Callable
 
@@ -231,17 +232,26 @@ def _nudges(spacing: float, rings: int = 6) -> list[tuple[float, float]]:
     return sorted(cells, key=lambda c: (round((c[0] ** 2 + c[1] ** 2) ** 0.5, 6), abs(c[1]), c[0]))
 
 
-def spread_markers(positions: list[tuple[float, float]], width: float) -> list[tuple[float, float]]:
+def spread_markers(positions: list[tuple[float, float]], width: float,
+                   bounds: tuple[float, float, float, float] = (-math.inf, math.inf, -math.inf, math.inf)
+                   ) -> list[tuple[float, float]]:
     """Offsets (points) that keep markers of ``width`` points from covering each other: each marker,
-    in the given order, takes the nearest free spot to its true position (``positions`` in points).
-    The first marker of a spot stays on it; the others sit beside it."""
+    in the given order, takes the nearest free spot to its true position (``positions`` in points)
+    inside ``bounds`` (x_min, x_max, y_min, y_max: the axes' real range, so no accuracy is drawn above
+    100% or below 0% and no speed factor below 0; one was drawn at 106%). The first marker of a spot
+    stays on it; the others sit beside it, or below it at 100% and above it at 0% when beside is taken."""
     spacing = MARKER_GAP * width
+    x_min, x_max, y_min, y_max = bounds
+
+    def inside(x, y):  # with a hair of slack: a marker on 100% exactly is inside
+        return x_min - 1e-6 <= x <= x_max + 1e-6 and y_min - 1e-6 <= y <= y_max + 1e-6
+
     placed: list[tuple[float, float]] = []
     offsets = []
     for x, y in positions:
-        for dx, dy in _nudges(spacing):
-            if all((x + dx - px) ** 2 + (y + dy - py) ** 2 >= spacing ** 2 - 1e-9 for px, py in placed):
-                break
+        free = ((dx, dy) for dx, dy in _nudges(spacing) if inside(x + dx, y + dy)
+                and all((x + dx - px) ** 2 + (y + dy - py) ** 2 >= spacing ** 2 - 1e-9 for px, py in placed))
+        dx, dy = next(free, (0.0, 0.0))  # no room left near it: on its true spot
         placed.append((x + dx, y + dy))
         offsets.append((dx, dy))
     return offsets
@@ -273,7 +283,7 @@ def plot_accuracy_vs_speed(rows: list[dict], path: Path):
     for ax, task in panels:
         right = max([p["x"] for p in _speed_points(rows, task)] + [1.0]) * 1.15
         ax.set_xlim(0, right)
-        ax.set_ylim(-4, 106)  # room for markers nudged off 0% and 100%
+        ax.set_ylim(-4, 106)  # room for the markers drawn on 0% and 100%
         ax.set_yticks(range(0, 101, 20))
         ax.set_title(task, fontsize=12)
         ax.set_xlabel("speed factor relative to NTP (x)", fontsize=10)
@@ -285,7 +295,9 @@ def plot_accuracy_vs_speed(rows: list[dict], path: Path):
         points = _speed_points(rows, task)
         to_points = ax.transData + fig.dpi_scale_trans.inverted()  # data -> inches
         where = [tuple(72 * v for v in to_points.transform((p["x"], p["y"]))) for p in points]
-        nudges = spread_markers(where, width=MARKER_AREA ** 0.5)
+        # the axes' real range: speed factors from the left edge (0), accuracy 0..100%
+        (x_min, y_min), (x_max, y_max) = (72 * to_points.transform((x, y)) for x, y in zip(ax.get_xlim(), (0, 100)))
+        nudges = spread_markers(where, width=MARKER_AREA ** 0.5, bounds=(x_min, x_max, y_min, y_max))
         for p, (dx, dy) in zip(points, nudges):
             filled = p["kind"] == "nfe"
             shape, gid = marker[p["config"]]

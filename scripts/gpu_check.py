@@ -257,10 +257,11 @@ def records(device: torch.device, limit: int, batch: int, compile: bool) -> dict
     from sbd_bench.tasks import expand_tasks
 
     def run_records(**kw) -> dict:
-        out = Path(tempfile.mkdtemp(prefix="gpu-check-records-"))
-        cfg = RunConfig(model="sbd-tiny", tasks=expand_tasks("suite"), solvers="all", out=out, limit=limit,
-                        dtype="float32", cost_curve=False, report=False, warmup=0, **kw)
-        summary, records = load_run(run(cfg))
+        # a scratch run folder, removed once read (they piled up in the temp dir, one per run of the check)
+        with tempfile.TemporaryDirectory(prefix="gpu-check-records-") as out:
+            cfg = RunConfig(model="sbd-tiny", tasks=expand_tasks("suite"), solvers="all", out=Path(out), limit=limit,
+                            dtype="float32", cost_curve=False, report=False, warmup=0, **kw)
+            summary, records = load_run(run(cfg))
         return {"records": {(r["config"], r["task"], str(r["id"])): (r["output_ids"], r["nfe"], r["correct"])
                             for r in records},
                 "fast_path": summary["provenance"].get("fast_path")}

@@ -107,18 +107,27 @@ def test_fast_path_reuses_one_cache_per_batch_size(lm):
 def test_gpu_check_script_runs_tiny_on_cpu(tmp_path):
     """The H200 script cannot run here; --tiny runs the same code on a tiny CPU model, compiled (the
     graphs aside), to the end: every section, the targets with a verdict each."""
+    import getpass
     import json
     import os
     import subprocess
     import sys
+    import tempfile
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
     out = tmp_path / "check.json"
+    scratch = tmp_path / "tmp"  # the script's temp dir: its run folders (gpu-check-records-*) must not stay
+    scratch.mkdir()
+    # torch.compile's cache stays where it was (its default lives in the temp dir): a cold one costs minutes
+    inductor_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or \
+        os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
     done = subprocess.run([sys.executable, str(root / "scripts" / "gpu_check.py"), "--tiny", "--tokens", "8",
                            "--out", str(out)], capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(scratch),
+                               "TORCHINDUCTOR_CACHE_DIR": inductor_cache})
     assert done.returncode == 0, done.stderr[-2000:]
+    assert not [p.name for p in scratch.iterdir() if p.name.startswith("gpu-check-records-")]
     result = json.loads(out.read_text())
     sections = ("model", "bandwidth", "warmup", "forward_batch_1", "ntp_batch_1", "fixed_k_batch_1", "cuda_rng",
                 "records", "gpu_tests", "batch_sweep", "targets")

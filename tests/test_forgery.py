@@ -346,3 +346,57 @@ def test_fallback_keeps_judge_and_candidate_apart(tasks, fallback):
             if attack != "answer_files":  # world-readable files are readable here: what the view is for
                 example, answer = completion(task_name, attack)
                 assert not verdict(tasks[task_name], example, answer)[0], f"{attack} on {task_name}"
+
+
+# ------------------------------------------------------------------------------------ float answers
+# Wrong answers that pass where every float is compared within a tolerance (issue 19): the expected
+# value is an int, or a list of ints; the answer is a float (or floats) near it. EvalPlus compares
+# those exactly. Each body is a completion of the prompt in tests/data/humaneval_plus_sample.jsonl.
+FLOAT_FORGERIES = {
+    "HumanEvalPlusSample/2": ("    return float(n * n) * 1.00000009\n", [10 ** 6]),  # 9e4 off at 10**12
+    "HumanEvalPlusSample/3": ("    import math\n    return float(round(((1 + math.sqrt(5)) / 2) ** n / math.sqrt(5)))\n",
+                              [90]),  # Binet's formula: 8584 off at fib(90)
+    "HumanEvalPlusSample/4": ("    return [float(i * x) * (1 + 1e-8) for i, x in enumerate(xs)][1:]\n",
+                              [[0, 10 ** 8, 3 * 10 ** 8, 7 * 10 ** 8]]),
+}
+RIGHT = {"HumanEvalPlusSample/2": "    return n * n\n",
+         "HumanEvalPlusSample/3": "    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
+         "HumanEvalPlusSample/4": "    return [i * x for i, x in enumerate(xs)][1:]\n"}
+
+
+@pytest.fixture(scope="module")
+def plus():
+    return load_task(f"humaneval_plus:path={DATA / 'humaneval_plus_sample.jsonl'}")
+
+
+def run_body(task, example_id: str, body: str, args: list):
+    """What ``body`` returns for ``args``, run here (the test's own process)."""
+    example = next(e for e in task.examples() if e.id == example_id)
+    scope = {}
+    exec(example.prompt + body, scope)
+    return scope[example.meta["entry_point"]](*args)
+
+
+@pytest.mark.parametrize("example_id", list(FLOAT_FORGERIES))
+def test_a_float_near_an_int_answer_fails(plus, example_id):
+    import math
+
+    body, args = FLOAT_FORGERIES[example_id]
+    assert verdict(plus, example_id, RIGHT[example_id])[0]
+    ok, detail = verdict(plus, example_id, body)
+    assert not ok and "wrong output for input" in detail["tests"][0]["detail"], detail
+    # and it is a forgery: off, yet within the tolerance of isclose(rel_tol=1e-7, abs_tol=1e-6) everywhere
+    got, expected = run_body(plus, example_id, body, args), run_body(plus, example_id, RIGHT[example_id], args)
+    pairs = list(zip(got, expected)) if isinstance(expected, list) else [(got, expected)]
+    assert got != expected and all(math.isclose(g, e, rel_tol=1e-7, abs_tol=1e-6) for g, e in pairs)
+
+
+def test_float_answers_within_the_tolerance_pass_and_any_root_does(plus):
+    assert verdict(plus, "HumanEvalPlusSample/0", "    return sum(xs) / len(xs) * (1 + 1e-9)\n")[0]
+    assert not verdict(plus, "HumanEvalPlusSample/0", "    return sum(xs) / len(xs) * (1 + 1e-6)\n")[0]
+    # HumanEval/32's oracle (EvalPlus's): any root passes, not only the reference's (1.0 and -1.0 here)
+    assert verdict(plus, "HumanEvalPlusSample/5", "    return 3.0 if xs[0] == -6 else 1.0\n")[0]
+    assert verdict(plus, "HumanEvalPlusSample/5", "    return 2.00001 if xs[0] == -6 else 0.0\n")[0]  # |poly| <= atol
+    ok, detail = verdict(plus, "HumanEvalPlusSample/5", "    return 2.5\n")
+    assert not ok and "not a root for input" in detail["tests"][0]["detail"]
+    assert not verdict(plus, "HumanEvalPlusSample/5", "    return 'x'\n")[0]

@@ -8,6 +8,7 @@ tests/test_forgery.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -407,3 +408,269 @@ def test_without_any_namespace_the_judge_still_decides():
     assert "file system=the host's" in bare.describe() and "pid namespace=no" in bare.describe()
     assert sandbox._run_session(bare, forged, FAST).status == "failed"
     assert sandbox._run_session(bare, right, FAST).passed
+
+
+# ------------------------------------------------------------------------- memory and process budget
+# Issue 19: what RLIMIT_AS (per process) never counts. Every program here stops by itself at 384 MiB
+# (or 160 MiB), so a containment failure fails the test instead of pressing the shared machine; the
+# budgets are 128-256 MiB.
+NESTED_TMPFS = textwrap.dedent("""
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(0x10000000 | 0x00020000) != 0:           # a user and a mount namespace of its own
+        print("unshare refused:", os.strerror(ctypes.get_errno()), flush=True)
+        raise SystemExit(1)
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+        with open("/proc/self/" + name, "w") as handle:
+            handle.write(text)
+    os.mkdir("mnt")
+    if libc.mount(b"tmpfs", b"mnt", b"tmpfs", 0, b"size=1g") != 0:   # past the sandbox's quota
+        print("mount refused:", os.strerror(ctypes.get_errno()), flush=True)
+        raise SystemExit(1)
+    for i in range(20):                                        # 160 MiB at most
+        with open(f"mnt/f{i}", "wb") as handle:
+            handle.write(b"x" * (8 << 20))
+        print("wrote", (i + 1) * 8, "MiB", flush=True)
+""")
+MEMFD = textwrap.dedent("""
+    import os
+    held = []
+    for i in range(48):                                        # 384 MiB at most, 8 MiB a file
+        fd = os.memfd_create(f"f{i}")
+        os.write(fd, b"x" * (8 << 20))                         # pages that outlive every mapping
+        held.append(fd)
+        print("held", (i + 1) * 8, "MiB", flush=True)
+""")
+PROCESSES = textwrap.dedent("""
+    import os, time
+    ready_r, ready_w = os.pipe()
+    for _ in range(3):                                         # 4 processes of 96 MiB: 384 MiB
+        if os.fork() == 0:
+            block = b"x" * (96 << 20)
+            os.write(ready_w, b"!")
+            os.close(ready_w)                                  # so that the parent sees the end of the pipe
+            time.sleep(30)
+            os._exit(0)
+    block = b"x" * (96 << 20)
+    os.close(ready_w)
+    got = b""
+    while len(got) < 3:
+        more = os.read(ready_r, 3)
+        if not more:
+            break
+        got += more
+    print("held", 96 * (1 + len(got)), "MiB in", 1 + len(got), "processes", flush=True)
+    raise SystemExit(0 if len(got) == 3 else 1)
+""")
+
+
+def needs_budget():
+    needs(iso().budget is not None, "no control group can be made here (not root, and no delegated cgroup v2 "
+                                    "subtree in SBD_SANDBOX_CGROUP): the per-process fallback is tested instead")
+
+
+def needs_filter():
+    needs(iso().seccomp, "no seccomp filter on this platform (architecture or kernel): nested user namespaces "
+                         "are allowed, as isolation().describe() says")
+
+
+def test_no_user_namespace_inside_the_sandbox():
+    needs_filter()
+    out = run_python(NESTED_TMPFS, limits=Limits(timeout_s=20, memory_bytes=256 << 20))
+    assert out.status == "failed" and out.stdout == "unshare refused: Operation not permitted\n", out
+    assert "new user namespaces=refused (seccomp)" in iso().describe()
+
+
+def test_the_budget_counts_a_tmpfs_in_a_nested_user_namespace():
+    """Without the filter (as on an architecture it does not know), the nested tmpfs is still memory of
+    the job's group: stopped at the budget."""
+    needs_budget()
+    unfiltered = dataclasses.replace(iso(), seccomp=False)
+    out = sandbox._run_python(unfiltered, NESTED_TMPFS, None, Limits(timeout_s=20, memory_bytes=128 << 20))
+    assert out.status == "crashed" and "memory budget exceeded" in out.detail, out
+    assert "wrote 160 MiB" not in out.stdout
+
+
+def test_memfd_files_count_against_the_budget():
+    needs_budget()
+    out = run_python(MEMFD, limits=Limits(timeout_s=20, memory_bytes=128 << 20))
+    assert out.status == "crashed" and out.detail.startswith("memory budget exceeded: the program's processes held "
+                                                             "over 128 MiB together"), out
+    assert "held 384 MiB" not in out.stdout and "held 8 MiB" in out.stdout
+
+
+def test_many_processes_share_one_budget():
+    needs_budget()
+    out = run_python(PROCESSES, limits=Limits(timeout_s=20, memory_bytes=256 << 20))
+    assert out.status != "passed" and "memory budget exceeded" in out.detail, out
+    # the same program under a budget that holds it: it ran, and it is the budget that stopped it above
+    assert run_python(PROCESSES, limits=Limits(timeout_s=20, memory_bytes=512 << 20)).passed
+
+
+def test_the_group_caps_processes_where_rlimit_nproc_does_not():
+    """RLIMIT_NPROC never binds root; the group's pids.max binds every uid. (The program runs as our
+    own uid here, root: a fork loop that stops by itself at 3000.)"""
+    needs_budget()
+    needs(os.geteuid() == 0 and iso().budget.pids_parent is not None, "not root, or no pids controller here")
+    as_root = dataclasses.replace(iso(), uid=None, fresh_uid=False)
+    source = textwrap.dedent("""
+        import os, time
+        made = 0
+        try:
+            for _ in range(3000):
+                if os.fork() == 0:
+                    time.sleep(20)
+                    os._exit(0)
+                made += 1
+        except OSError:
+            pass
+        print(made)
+    """)
+    out = sandbox._run_python(as_root, source, None, Limits(timeout_s=10, max_processes=32))
+    assert out.passed and 28 <= int(out.stdout) <= 32, out  # 32 + the sandbox's own 2 (root, init), less itself
+
+
+def test_a_session_shares_the_budget_and_the_judge_says_why():
+    needs_budget()
+    hog = "import os\ndef f():\n    held = [os.memfd_create('x') for _ in range(48)]\n" \
+          "    for fd in held:\n        os.write(fd, b'x' * (8 << 20))\n    return len(held)\n"
+    out = sandbox.run_session(Session(hog, "assert f() == 48\n"), Limits(timeout_s=20, memory_bytes=128 << 20))
+    assert out.status == "crashed" and "memory budget exceeded" in out.detail, out
+
+
+def test_without_a_group_memfd_and_shared_memory_are_refused():
+    """The fallback where no control group can be made: RLIMIT_AS per process, and what it cannot
+    count refused outright; the OOM killer takes the sandbox's processes first."""
+    needs_filter()
+    per_process = dataclasses.replace(iso(), budget=None)
+    assert "budget=per process only (no control group here; memfd and SysV shm refused)" in per_process.describe()
+    out = sandbox._run_python(per_process, MEMFD, None, Limits(timeout_s=20, memory_bytes=256 << 20))
+    assert out.status == "failed" and "PermissionError" in out.detail and out.stdout == "", out
+    shm = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n" \
+          "print(libc.shmget(0, 1 << 20, 0o1600), os.strerror(ctypes.get_errno()))\n"
+    assert sandbox._run_python(per_process, shm, None, FAST).stdout == "-1 Operation not permitted\n"
+    adj = sandbox._run_python(per_process, "print(open('/proc/self/oom_score_adj').read())", None, FAST)
+    assert adj.stdout.strip() == "1000"
+
+
+def test_the_budget_is_made_for_each_job_and_removed():
+    needs_budget()
+    home = iso().budget
+    before = {p: set(os.listdir(p)) for p in {home.memory_parent, home.pids_parent} - {None}}
+    out = run_python("import os\nprint(open('/proc/self/cgroup').read())", limits=FAST)
+    groups = re.findall(r"sbd_bench-(\d+)-\d+", out.stdout)
+    assert groups and set(groups) == {str(os.getpid())}, out.stdout  # in a group of ours, named for us
+    assert {p: set(os.listdir(p)) for p in before} == before  # and it is gone
+
+
+def test_group_files_for_both_cgroup_versions(tmp_path):
+    """Where each version's limits go, on folders laid out as the kernel lays them out (the machine
+    has one version at most; the other is checked here)."""
+    from sbd_bench.tasks import cgroups
+
+    v2 = tmp_path / "unified"
+    ours = v2 / "user.slice" / "session-1.scope"
+    ours.mkdir(parents=True)
+    (v2 / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    (v2 / "user.slice" / "cgroup.subtree_control").write_text("memory\n")  # no pids handed down: not here
+    mountinfo = f"41 31 0:38 / {v2} rw,relatime - cgroup2 cgroup2 rw\n"
+    [home] = cgroups.candidate_homes(mountinfo, "0::/user.slice/session-1.scope\n")
+    assert (home.version, home.memory_parent, home.pids_parent) == (2, str(v2), str(v2))
+    group = cgroups.Group(home, 128 << 20, 70)
+    [folder] = group.folders
+    assert {f: (Path(folder) / f).read_text() for f in os.listdir(folder)} == {
+        "memory.max": str(128 << 20), "memory.oom.group": "1", "pids.max": "70"}
+    assert group.procs_files == [f"{folder}/cgroup.procs"]
+
+    memory, pids = tmp_path / "memory", tmp_path / "pids"
+    (memory / "abc").mkdir(parents=True)  # /docker/abc in the hierarchy, whose /docker is mounted there
+    pids.mkdir()
+    mountinfo = (f"35 31 0:32 /docker {memory} rw - cgroup cgroup rw,memory\n"
+                 f"39 31 0:36 / {pids} rw - cgroup cgroup rw,pids\n")
+    [home] = cgroups.candidate_homes(mountinfo, "8:pids:/\n4:memory:/docker/abc\n0::/\n")
+    assert (home.version, home.memory_parent, home.pids_parent) == (1, str(memory / "abc"), str(pids))
+    group = cgroups.Group(home, 64 << 20, 10)
+    mem, pid = (Path(f) for f in group.folders)
+    assert {f: (mem / f).read_text() for f in os.listdir(mem)} == {"memory.limit_in_bytes": str(64 << 20)}
+    assert (pid / "pids.max").read_text() == "10" and not group.swap_limited
+    assert group.oom_kills() == 0
+
+
+# ------------------------------------------------------------------------------------- the fallback
+def test_fallback_writes_nothing_outside_its_own_folders(host_fs):
+    """Without a view: the host's file system is read only to the program; what it writes to /tmp and
+    its working directory lies in a tmpfs of its own and goes with it."""
+    needs(host_fs.private_scratch, "no mount namespace here: the fallback writes where any user may write")
+    shared = Path(tempfile.mkdtemp(prefix="sbd-world-", dir=outside_scratch()))
+    try:
+        shared.chmod(0o1777)  # world-writable, as /run/lock is
+        marker = f"sbd-escape-{os.urandom(6).hex()}"
+        source = textwrap.dedent(f"""
+            import os
+            for folder in ({str(shared)!r}, "/run/lock", "/tmp", "/var/tmp", "/dev/shm", "."):
+                try:
+                    with open(os.path.join(folder, {marker!r}), "w") as handle:
+                        handle.write("x")
+                    print(folder, "written")
+                except OSError as exc:
+                    print(folder, exc.strerror)
+        """)
+        out = sandbox._run_python(host_fs, source, None, FAST)
+        lines = out.stdout.splitlines()
+        assert lines[0] == f"{shared} Read-only file system" and lines[1] in ("/run/lock Read-only file system",
+                                                                             "/run/lock No such file or directory")
+        assert lines[2:] == ["/tmp written", "/var/tmp written", "/dev/shm written", ". written"], out
+        leftovers = [p for p in (shared, Path("/run/lock"), Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
+                     if (p / marker).exists()]
+        assert leftovers == []
+    finally:
+        shutil.rmtree(shared)
+
+
+def test_fallback_writes_share_one_quota(host_fs):
+    needs(host_fs.private_scratch, "no mount namespace here: the fallback has no quota")
+    source = textwrap.dedent("""
+        import os
+        written = 0
+        try:
+            for place in (".", "/tmp", "/var/tmp", "/dev/shm"):
+                for i in range(10):        # 320 MiB at most
+                    with open(os.path.join(place, f"f{i}"), "wb") as handle:
+                        handle.write(b"x" * (8 << 20))
+                    written += 8
+        except OSError as exc:
+            print("stopped after", written, "MiB:", exc.strerror)
+            raise SystemExit(1)
+    """)
+    out = sandbox._run_python(host_fs, source, None, Limits(timeout_s=20, disk_bytes=48 << 20))
+    assert out.status == "failed" and out.stdout.startswith("stopped after"), out
+    assert 32 <= int(out.stdout.split()[2]) <= 48 and "No space left" in out.stdout
+
+
+SYSV_SHM = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nident = libc.shmget(0, 1 << 20, 0o1600)\n"
+            "print(ident)\n")
+
+
+def shm_segments() -> set[int]:
+    with open("/proc/sysvipc/shm") as handle:
+        return {int(line.split()[1]) for line in list(handle)[1:]}
+
+
+@pytest.mark.parametrize("ipc_namespace", [True, False], ids=["own-ipc-namespace", "host-ipc"])
+def test_fallback_leaves_no_shared_memory_behind(host_fs, ipc_namespace):
+    needs(host_fs.budget is not None or not host_fs.seccomp, "shmget is refused here (no control group)")
+    needs(host_fs.ipc_namespace or not ipc_namespace, "no IPC namespace here")
+    needs(host_fs.fresh_uid or ipc_namespace, "no uid of its own to tell its objects by (not root)")
+    flags = host_fs.unshare if ipc_namespace else host_fs.unshare & ~sandbox.CLONE_NEWIPC
+    run = dataclasses.replace(host_fs, unshare=flags)
+    before = shm_segments()
+    out = sandbox._run_python(run, SYSV_SHM, None, FAST)
+    made = int(out.stdout)
+    try:
+        assert out.passed and made >= 0, out
+        assert shm_segments() - before == set()  # gone with its namespace, or removed after it
+    finally:
+        if made >= 0 and not ipc_namespace and made in shm_segments() - before:
+            import ctypes
+            ctypes.CDLL(None).shmctl(made, 0, None)  # IPC_RMID: leave nothing even when the test fails

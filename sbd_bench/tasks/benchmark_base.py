@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..types import Example, Task
+from ..types import Example, Task, UsageError
 from . import TaskError, iter_jsonl
 
 
@@ -135,9 +135,18 @@ class BenchmarkTask(Task):
         raise NotImplementedError
 
     def verdict(self, example: Example, output: str) -> tuple[bool | None, dict | None]:
+        """The judgement of any string a model may write: an output that breaks a judge (a bug there,
+        or an input it did not foresee) is a failed verdict saying why, never an exception that would
+        cost the samples decoded with it their records. Only a problem of the run (a UsageError: bad
+        data, a sandbox that cannot run programs here) is raised."""
         from .scoring import cut_at_stop
 
-        return self.judge(example, strip_thinking(cut_at_stop(output, self.stop)))
+        try:
+            return self.judge(example, strip_thinking(cut_at_stop(output, self.stop)))
+        except UsageError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the output's verdict, with the reason
+            return False, {"error": f"the output could not be judged: {type(exc).__name__}: {exc}"[:300]}
 
     def score(self, example: Example, output: str) -> bool | None:
         return self.verdict(example, output)[0]

@@ -17,11 +17,17 @@ Every process gets, on Linux:
     only, site-packages masked), /dev/null & co., an empty working directory and empty /tmp, /var/tmp,
     /dev/shm under that one quota, and a /proc of its own PID namespace. No project tree, no data
     files, no home, no /run, no sockets. Where no view can be made (no unprivileged user namespaces,
-    or SBD_SANDBOX_FALLBACK=1 to force it): the host's file system with a fresh working directory and
-    private /tmp & co., as before issue 12; ``isolation().describe()`` says which ran;
+    or SBD_SANDBOX_FALLBACK=1 to force it): the host's file system, read only, with a fresh working
+    directory and private /tmp & co. under one quota; ``isolation().describe()`` says which ran;
   * an environment built from scratch (PATH, HOME, TMPDIR, LANG): nothing of ours is inherited;
   * limits: wall clock (``timeout_s``), CPU seconds, address space (RLIMIT_AS), file size (which also
     bounds what it can print: stdout and stderr go to files), open files, processes, no core dumps;
+  * one memory and process budget for all the job's processes together, where a control group can be
+    made (cgroups.py: as root, or in a delegated cgroup v2 subtree); it counts what RLIMIT_AS cannot
+    (tmpfs, memfd and SysV shared memory, many processes). Everywhere, its processes are the OOM
+    killer's first choice;
+  * a seccomp filter (seccomp.py): no new user namespaces (no private mounts past the quota), and
+    without a group no memfd or SysV shared memory either;
   * its own network namespace (no interface is up, not even loopback), PID namespace (it cannot see
     our processes or the other side's; everything it forks dies with it) and IPC namespace;
   * when we run as root: a fresh unprivileged uid per process (else 65534), so RLIMIT_NPROC binds
@@ -35,8 +41,10 @@ tests/test_forgery.py, not a hardened security boundary: run untrusted code on a
 afford to lose, as the Codex paper advises.
 
 Statuses: ``passed`` (exit 0; a session: the judge's tests ran to their end), ``failed`` (non-zero exit;
-a failed test), ``timed_out`` (wall clock or CPU limit), ``crashed`` (killed by any other signal, e.g.
-SIGXFSZ for printing too much, SIGSEGV).
+a failed test; a program that cannot be run at all: not valid text, or larger than the file-size
+limit), ``timed_out`` (wall clock or CPU limit), ``crashed`` (killed by any other signal, e.g. SIGXFSZ
+for printing too much, SIGSEGV, SIGKILL from the budget's OOM killer). Nothing a program is or does
+raises here: only a sandbox that cannot run programs at all raises SandboxError.
 """
 from __future__ import annotations
 
@@ -60,6 +68,7 @@ from pathlib import Path
 from typing import IO, Iterable
 
 from ..types import UsageError
+from . import cgroups, seccomp
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
@@ -76,7 +85,7 @@ _DEVICES = ("null", "zero", "full", "random", "urandom")
 # modules the launcher imports once, before it forks a session's two sides, when both sides' programs
 # import them (HumanEval's prompts that import typing run on both sides): pure standard library only
 PRELOADABLE = frozenset({"typing", "math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string"})
-_IMPORT = re.compile(r"^(?:import|from)\s+([A-Za-z_]\w*)", re.M)
+_IMPORT = re.compile(r"^(?:import|from)[ \t]+([A-Za-z_]\w*)", re.M)
 
 
 class SandboxError(UsageError):
@@ -86,10 +95,12 @@ class SandboxError(UsageError):
 @dataclass(frozen=True)
 class Limits:
     timeout_s: float = 10.0  # wall clock (for a session: judge and candidate together)
-    memory_bytes: int = 2 << 30  # RLIMIT_AS: address space, which is more than resident memory
+    # each process's address space (RLIMIT_AS, more than resident memory) and, where a control group can be
+    # made, everything the job's processes hold together: resident, page cache, tmpfs, memfd, SysV shm
+    memory_bytes: int = 2 << 30
     file_size_bytes: int = 16 << 20  # any file it writes, and its stdout/stderr
     disk_bytes: int = 64 << 20  # everything it writes together (working dir, /tmp & co.): the view's quota
-    max_processes: int = 64  # RLIMIT_NPROC: per uid, hence the fresh uid per program
+    max_processes: int = 64  # RLIMIT_NPROC (per uid, hence the fresh uid per program), and the group's pids.max
     max_open_files: int = 256
     output_chars: int = 64 << 10  # how much of stdout/stderr is kept in the Outcome
 
@@ -135,6 +146,12 @@ class Isolation:
     pid_namespace: bool
     private_scratch: bool = False  # /tmp, /var/tmp, /dev/shm are fresh tmpfs of its own
     view: tuple | None = field(default=None, compare=False, repr=False)  # the file system view's plan
+    budget: cgroups.GroupHome | None = None  # where each job's control group is made; None: per-process limits only
+    seccomp: bool = False  # the filter of seccomp.py is installed in every process
+
+    @property
+    def ipc_namespace(self) -> bool:
+        return bool(self.unshare & CLONE_NEWIPC)
 
     @property
     def private_view(self) -> bool:
@@ -145,9 +162,15 @@ class Isolation:
         network = "isolated" if self.network_isolated else "NOT isolated"
         files = ("private view (interpreter and standard library read-only, empty working dir and /tmp "
                  "under a quota)" if self.private_view else "the host's (fallback: readable where any user may read)")
+        if not self.private_view and self.private_scratch:
+            files = "the host's (fallback: read only, readable where any user may read; writable: its own tmpfs)"
+        budget = (self.budget.describe() if self.budget else
+                  "per process only (no control group here" + ("; memfd and SysV shm refused)" if self.seccomp else ")"))
         return (f"judge=separate process, python={self.python}, user={user}, network={network}, "
                 f"pid namespace={'yes' if self.pid_namespace else 'no'}, "
-                f"private /tmp={'yes' if self.private_scratch else 'no'}, file system={files}")
+                f"ipc namespace={'yes' if self.ipc_namespace else 'no'}, "
+                f"private /tmp={'yes' if self.private_scratch else 'no'}, file system={files}, budget={budget}, "
+                f"new user namespaces={'refused (seccomp)' if self.seccomp else 'NOT refused (no seccomp filter here)'}")
 
 
 # ---------------------------------------------------------------------------------- the view's plan
@@ -309,6 +332,20 @@ def _temp(stack: ExitStack, content: str | bytes | None = None) -> IO[bytes]:
     return handle
 
 
+def _unrunnable(source: str, limits: Limits) -> tuple[bytes, str]:
+    """(the program's UTF-8 text, "") or (b"", why it cannot be run at all): a model's output gets a
+    verdict, never an exception."""
+    try:
+        data = source.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return b"", (f"the program is not valid text: a lone surrogate (U+{ord(source[exc.start]):04X}) at "
+                     f"character {exc.start}")
+    if len(data) > limits.file_size_bytes:
+        return b"", (f"the program is {len(data)} bytes, over the file-size limit of {limits.file_size_bytes} "
+                     "bytes: not run")
+    return data, ""
+
+
 class _Run:
     """One launcher run: the job's files, the launch, what came back."""
 
@@ -318,8 +355,10 @@ class _Run:
         self.sides: list[dict] = []
         self.files: list[dict[str, IO[bytes]]] = []
         self.host_dirs: list[str] = []
+        self.oom_kills = 0  # processes the job's group's OOM killer killed
+        self.launcher_killed: int | None = None  # the signal that killed the launcher, if one did
 
-    def side(self, role: str, source: str, stdin: str | None = None) -> int:
+    def side(self, role: str, source: str | bytes, stdin: str | None = None) -> int:
         iso, limits = self.iso, self.limits
         uid = _new_uid(iso)
         if iso.private_view:
@@ -331,8 +370,8 @@ class _Run:
                 os.chown(cwd, uid, uid)
             tmp = cwd
         files = {"stdout": _temp(self.stack), "stderr": _temp(self.stack), "source": _temp(self.stack, source)}
-        if stdin is not None:
-            files["stdin"] = _temp(self.stack, stdin)
+        if stdin is not None:  # the task's data: a lone surrogate in it reaches the program as such
+            files["stdin"] = _temp(self.stack, stdin.encode("utf-8", "surrogatepass"))
         if role == "judge":
             files["report"] = _temp(self.stack)
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": cwd, "TMPDIR": tmp, "LANG": "C.UTF-8",
@@ -344,6 +383,7 @@ class _Run:
         self.sides.append({
             "role": role, "unshare": iso.unshare, "fork": iso.pid_namespace, "uid": uid, "gid": uid,
             "rlimits": limits.rlimits(), "disk_bytes": limits.disk_bytes, "cwd": cwd, "env": env, "view": view,
+            "seccomp": seccomp.program(refuse_shared_memory=iso.budget is None) if iso.seccomp else None,
             "scratch": [d for d in SCRATCH if os.path.isdir(d) and not os.path.islink(d)],
             "argv": [iso.python, "-I"], "fds": {name: handle.fileno() for name, handle in files.items()}})
         self.files.append(files)
@@ -351,15 +391,25 @@ class _Run:
 
     def launch(self, preload: Iterable[str] = ()) -> tuple[list[dict] | None, bool, float]:
         """Run the job; (per side {setup, status}, or None if the launcher said nothing; timed out; seconds)."""
+        iso = self.iso
+        group = None
+        if iso.budget is not None:  # the sandbox's own two processes per side (root, init) come on top
+            try:
+                group = cgroups.Group(iso.budget, self.limits.memory_bytes, self.limits.max_processes + 2 * len(self.sides))
+            except cgroups.GroupError as exc:
+                raise SandboxError(f"the sandbox cannot give a program its budget here: {exc}") from None
+            self.stack.callback(group.close)
         status = _temp(self.stack)
+        ipc_uids = [] if iso.ipc_namespace or not iso.fresh_uid else [side["uid"] for side in self.sides]
         job = _temp(self.stack, marshal.dumps({"sides": self.sides, "caller": os.getpid(), "runtime": _RUNTIME,
-                                               "preload": sorted(preload), "status_fd": status.fileno()}))
+                                               "preload": sorted(preload), "status_fd": status.fileno(),
+                                               "groups": group.procs_files if group else [], "ipc_uids": ipc_uids}))
         errors = _temp(self.stack)
         fds = [job.fileno(), status.fileno()] + [h.fileno() for files in self.files for h in files.values()]
         started = time.perf_counter()
         # a scratch environment with the hash seed fixed (set and dict orders of the sides' strings repeat);
         # run from "/", so that nothing beside us shadows the modules the launcher imports
-        proc = subprocess.Popen([self.iso.python, "-s", "-S", "-c", _LAUNCHER, str(job.fileno())],
+        proc = subprocess.Popen([iso.python, "-s", "-S", "-c", _LAUNCHER, str(job.fileno())],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors,
                                 env={"PYTHONHASHSEED": "0"}, cwd="/", close_fds=True, pass_fds=fds,
                                 start_new_session=True)
@@ -371,12 +421,18 @@ class _Run:
         finally:
             _kill_group(proc.pid)  # leftovers of sides without a PID namespace, or all on a timeout
             proc.wait()
+            if group is not None:
+                self.oom_kills = group.oom_kills()
+                group.close()  # whatever is left of the job, wherever it went
         seconds = time.perf_counter() - started
         status.seek(0)
         said = status.read()
         if not said:
             if timed_out:
                 return None, True, seconds
+            if proc.returncode < 0:  # killed (the machine's OOM killer, say): the job's end, not ours
+                self.launcher_killed = -proc.returncode
+                return None, False, seconds
             errors.seek(0)
             lines = errors.read().decode("utf-8", "replace").strip().splitlines()
             raise SandboxError(f"the sandbox's launcher failed (exit status {proc.returncode}): "
@@ -389,6 +445,18 @@ class _Run:
 
     def output(self, index: int, name: str) -> str:
         return _read_clipped(self.files[index][name], self.limits.output_chars)
+
+    def explain(self, outcome: Outcome) -> Outcome:
+        """What ended a job that did not pass, when it was the budget or the launcher's death."""
+        if outcome.passed:
+            return outcome
+        if self.oom_kills:
+            outcome.detail = (f"memory budget exceeded: the program's processes held over "
+                              f"{self.limits.memory_bytes >> 20} MiB together, and the kernel killed "
+                              f"{'one' if self.oom_kills == 1 else self.oom_kills} (control group)")
+        elif self.launcher_killed:
+            outcome.detail = f"the sandbox's launcher was killed ({_signal_name(self.launcher_killed)})"
+        return outcome
 
     def cleanup(self) -> None:
         for folder in self.host_dirs:
@@ -412,13 +480,16 @@ def run_python(source: str, stdin: str | None = None, limits: Limits = Limits())
 
 
 def _run_python(iso: Isolation, source: str, stdin: str | None, limits: Limits) -> Outcome:
+    program, why = _unrunnable(source, limits)
+    if why:
+        return Outcome("failed", None, "", "", 0.0, why)
     with ExitStack() as stack:
         run = _Run(iso, limits, stack)
         stack.callback(run.cleanup)
-        run.side("program", source, stdin)
+        run.side("program", program, stdin)
         report, timed_out, seconds = run.launch()
         code = _exit_code(report[0]["status"]) if report else None
-        return _outcome(code, timed_out, run.output(0, "stdout"), run.output(0, "stderr"), seconds)
+        return run.explain(_outcome(code, timed_out, run.output(0, "stdout"), run.output(0, "stderr"), seconds))
 
 
 def run_session(session: Session, limits: Limits = Limits()) -> Outcome:
@@ -428,16 +499,23 @@ def run_session(session: Session, limits: Limits = Limits()) -> Outcome:
 
 
 def _run_session(iso: Isolation, session: Session, limits: Limits) -> Outcome:
+    program, why = _unrunnable(session.candidate, limits)
+    if why:
+        return Outcome("failed", None, "", "", 0.0, why)
     with ExitStack() as stack:
         run = _Run(iso, limits, stack)
         stack.callback(run.cleanup)
         judge = run.side("judge", session.judge)
-        candidate = run.side("candidate", session.candidate)
+        candidate = run.side("candidate", program)
         both = set(_IMPORT.findall(session.judge)) & set(_IMPORT.findall(session.candidate))
         report, timed_out, seconds = run.launch(preload=both & PRELOADABLE)
-        stdout, stderr = run.output(candidate, "stdout"), run.output(candidate, "stderr")
-        verdict = _verdict(run.output(judge, "report"))
-        judge_said = run.output(judge, "stderr")
+        return run.explain(_session_outcome(run, report, timed_out, seconds, judge, candidate))
+
+
+def _session_outcome(run: _Run, report: list[dict] | None, timed_out: bool, seconds: float, judge: int,
+                     candidate: int) -> Outcome:
+    stdout, stderr = run.output(candidate, "stdout"), run.output(candidate, "stderr")
+    verdict = _verdict(run.output(judge, "report"))
     code = _exit_code(report[candidate]["status"]) if report else None
     if timed_out:
         return _outcome(code, True, stdout, stderr, seconds)
@@ -448,6 +526,9 @@ def _run_session(iso: Isolation, session: Session, limits: Limits) -> Outcome:
         return ended
     if verdict is not None:
         return Outcome("failed", code, stdout, stderr, seconds, verdict[1][:300])
+    if report is None:
+        return Outcome("failed", code, stdout, stderr, seconds, "the judge ended without a verdict")
+    judge_said = run.output(judge, "stderr")
     why = judge_said.strip().splitlines()[-1][:200] if judge_said.strip() else f"status {_exit_code(report[judge]['status'])}"
     return Outcome("failed", code, stdout, stderr, seconds, f"the judge ended without a verdict ({why})")
 
@@ -468,12 +549,15 @@ def _outcome(code: int | None, timed_out: bool, stdout: str, stderr: str, second
         sig = -code
         if sig == signal.SIGXCPU:
             return Outcome("timed_out", code, stdout, stderr, seconds, "CPU-time limit")
-        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
-        why = {"SIGXFSZ": "file-size/output limit", "SIGKILL": "killed",
-               "SIGSEGV": "segmentation fault"}.get(name, name)
-        return Outcome("crashed", code, stdout, stderr, seconds, f"{why} ({name})")
+        return Outcome("crashed", code, stdout, stderr, seconds, _signal_name(sig))
     last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {code}"
     return Outcome("failed", code, stdout, stderr, seconds, last[:200])
+
+
+def _signal_name(sig: int) -> str:
+    name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
+    why = {"SIGXFSZ": "file-size/output limit", "SIGKILL": "killed", "SIGSEGV": "segmentation fault"}.get(name, name)
+    return f"{why} ({name})"
 
 
 def _read_clipped(handle: IO[bytes], limit: int) -> str:
@@ -508,7 +592,9 @@ def _python_candidates() -> list[str]:
 @lru_cache(maxsize=1)
 def isolation() -> Isolation:
     """Probe (once) the strongest settings this platform allows, weakening step by step: a private file
-    system view first, then the isolation of before (SBD_SANDBOX_FALLBACK=1 starts there)."""
+    system view first, then the host's file system read only (SBD_SANDBOX_FALLBACK=1 starts there),
+    then fewer namespaces. A control group budget and the seccomp filter come with every step where
+    this platform allows them (cgroups.find_home, seccomp.works)."""
     if not sys.platform.startswith("linux"):
         # no namespaces, no uid drop; limits through the launcher still apply on other POSIX systems
         return Isolation(sys.executable, None, False, 0, False, False)
@@ -517,6 +603,7 @@ def isolation() -> Isolation:
     uids = [fresh, NOBODY] if root else [None]
     base = 0 if root else CLONE_NEWUSER  # unprivileged namespaces need a user namespace of their own
     tried = []
+    budget = cgroups.find_home()
     if os.environ.get(FALLBACK_ENV, "") in ("", "0"):
         for python in _python_candidates():
             planned = _view_plan(python)
@@ -525,17 +612,17 @@ def isolation() -> Isolation:
             executable, plan = planned
             for uid in uids:
                 iso = Isolation(executable, uid, uid == fresh, base | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID
-                                | CLONE_NEWIPC, True, True, True, plan)
+                                | CLONE_NEWIPC, True, True, True, plan, budget, seccomp.works(executable))
                 if _probe(iso):
                     return iso
             tried.append(python)
-    flag_sets = [base | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID, base | CLONE_NEWNET | CLONE_NEWPID,
-                 base | CLONE_NEWNET, 0]
+    flag_sets = [base | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC,
+                 base | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC, base | CLONE_NEWNET, 0]
     for python in _python_candidates():
         for uid in uids:
             for flags in flag_sets:
                 iso = Isolation(python, uid, uid == fresh, flags, bool(flags & CLONE_NEWNET),
-                                bool(flags & CLONE_NEWPID), bool(flags & CLONE_NEWNS))
+                                bool(flags & CLONE_NEWPID), bool(flags & CLONE_NEWNS), None, budget, seccomp.works(python))
                 if _probe(iso):
                     return iso
                 tried.append(python)

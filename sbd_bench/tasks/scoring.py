@@ -1,5 +1,8 @@
 """Answer extraction and comparison for the paper's benchmarks, and the unbiased pass@k estimator.
-Pure string functions, no torch: reports and tests import this freely.
+Pure string functions, no torch: reports and tests import this freely. Every function here takes any
+string a model may write (lone surrogates, NUL bytes, megabytes, pathological layouts) in time linear
+in its length and without raising: each regex over model output has no two quantifiers that can
+match the same characters one after the other.
 
     >>> extract_gsm8k("... so she pays 1,200 dollars.\\n#### 1,200")
     '1200'
@@ -15,6 +18,7 @@ import re
 from fractions import Fraction
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+_HUGE_EXPONENT = re.compile(r"[eE][+-]?\d{5}")
 
 
 # ------------------------------------------------------------------------------------- generic
@@ -48,6 +52,8 @@ def parse_number(text: str | None) -> Fraction | None:
         return None
     text = text.strip().replace(",", "").replace("$", "").rstrip("%").rstrip(".").strip()
     text = text.replace("\\!", "").replace("{,}", "")
+    if _HUGE_EXPONENT.search(text):  # Fraction('1e9999999') would compute 10**9999999: no answer is that
+        return None
     try:
         return Fraction(text)
     except (ValueError, ZeroDivisionError):
@@ -98,7 +104,11 @@ def _canonical_number(number: str) -> str:
         return number
     if value.denominator == 1:
         return str(value.numerator)
-    return str(float(value)) if len(str(float(value))) < 20 else str(value)
+    try:
+        short = str(float(value))
+    except OverflowError:  # thousands of digits: no float holds it
+        return str(value)
+    return short if len(short) < 20 else str(value)
 
 
 # ------------------------------------------------------------------------------------ MATH/AIME
@@ -181,7 +191,8 @@ def math_equal(prediction: str | None, reference: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------- code
-_FENCE = re.compile(r"```[ \t]*([\w+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.S)
+# the language tag, when there is one, then blanks: a tag-less fence's blanks match the first [ \t]* only
+_FENCE = re.compile(r"```[ \t]*(?:([\w+-]+)[ \t]*)?\n(.*?)(?:```|\Z)", re.S)
 
 
 def extract_code(output: str, entry_point: str | None = None) -> str:
@@ -199,4 +210,6 @@ def extract_code(output: str, entry_point: str | None = None) -> str:
 
 
 def defines(code: str, name: str) -> bool:
-    return re.search(rf"^\s*def\s+{re.escape(name)}\s*\(", code, re.M) is not None
+    """Does ``code`` define the function ``name`` (at any indentation)? Blanks only within one line:
+    ``^\s*`` would run over every following blank line from each line start (quadratic)."""
+    return re.search(rf"^[ \t]*def[ \t]+{re.escape(name)}[ \t]*\(", code, re.M) is not None

@@ -4,23 +4,28 @@ JOB_FD and starts one process per side of the job: a program to run (``program``
 session's ``judge`` and ``candidate``, each alone in its own namespaces. For a session it first runs
 proxy.py's text (both sides inherit the result). For each side:
 
-  side root (forked from here): unshare the namespaces; build the file system view (a tmpfs with a
-      size quota as the root, the interpreter, its shared libraries and the standard library bound in
-      read only, site-packages masked, a few device nodes, empty /tmp and working directory) or, without
-      a view, mount private /tmp & co.; then fork
+  side root (forked from here): join the job's control groups (its memory and process budget), make
+      itself the OOM killer's first choice, unshare the namespaces; build the file system view (a tmpfs
+      with a size quota as the root, the interpreter, its shared libraries and the standard library
+      bound in read only, site-packages masked, a few device nodes, empty /tmp and working directory)
+      or, without a view, make the host's file system read only and mount one private tmpfs for /tmp
+      & co. and the working directory; then fork
   init (PID 1 of the side's PID namespace, dies with the side root): mount a /proc of that namespace,
       pivot into the view (the host's file system is detached, not hidden), fork the program and report
       how it ended on the side's exit pipe
   program: take its file descriptors, drop to the side's uid (or drop every capability in a user
-      namespace), no new privileges, the limits, then run: exec the interpreter on main.py, or serve
-      the candidate's program, or run the judge (proxy.py).
+      namespace), no new privileges, the limits, the seccomp filter (no new user namespaces: see
+      seccomp.py), then run: exec the interpreter on main.py, or serve the candidate's program, or run
+      the judge (proxy.py).
 
 Without a PID namespace the side root is the program. A side that cannot be set up says why on its
 setup pipe before anything untrusted runs and exits 125; the pipe is closed, empty, when the side starts
 its payload, so nothing the payload does can pass for a setup failure. When the job's main side (the
 judge, or the program) has ended, every other side is killed. Last, the launcher writes to the status
 file (marshal): per side, the setup error or "", and the wait status of its program (None: killed by us,
-still running). Everything dies with the launcher (parent-death signals all the way down).
+still running). Everything dies with the launcher (parent-death signals all the way down). Sides with
+a uid of their own but no IPC namespace leave no System V objects: the launcher removes those their uid
+created.
 
 Each session pays for what this file imports before it forks (and its sides for their imports): hence
 marshal rather than json (whose import pulls in re), and _signal rather than signal (enum).
@@ -36,7 +41,12 @@ import sys
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 262144
 MNT_DETACH = 2
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 4, 22, 38
+SECCOMP_MODE_FILTER = 2
+IPC_RMID = 0
+# mount flags a bind mount keeps from its source in a user namespace (statvfs's ST_* -> MS_*)
+LOCKABLE = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC), (os.ST_NOATIME, 1024),
+            (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, 1 << 21))
 SETUP_FAILED = 125
 # the fds a side's program holds when its payload starts: stdin, stdout, stderr, then these
 PEER_IN, PEER_OUT, SOURCE, REPORT = 3, 4, 5, 6
@@ -100,14 +110,85 @@ def build_view(side, view):
         os.chown(root + side["cwd"], side["uid"], side["gid"])
 
 
+def read_only_host():
+    """Every mount of the host's file system read only, in our mount namespace: nothing the program
+    writes outside the tmpfs mounted next reaches the host or outlives the program."""
+    with open("/proc/self/mountinfo", "rb") as handle:
+        points = [line.split()[4].decode("utf-8", "surrogateescape") for line in handle]
+    for point in dict.fromkeys(points):
+        point = "".join(chr(int(p[:3], 8)) + p[3:] if i else p for i, p in enumerate(point.split("\\")))
+        try:
+            kept = os.statvfs(point).f_flag
+        except OSError:
+            continue  # hidden under another mount: unreachable anyway
+        locked = 0
+        for st, ms in LOCKABLE:
+            if kept & st:
+                locked |= ms
+        mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | locked)
+
+
 def private_scratch(side):
-    """No view: fresh tmpfs over /tmp & co. in our mount namespace; the host working dir is bound back."""
-    work = os.open(side["cwd"], os.O_RDONLY | os.O_DIRECTORY)
+    """No view: the host's file system read only; one tmpfs under the disk quota, mounted first over
+    the (empty, host) working directory, then lent out: its "tmp", "var-tmp" and "shm" folders to
+    /tmp, /var/tmp and /dev/shm, its "work" folder to the working directory itself."""
+    read_only_host()
+    cwd, uid = side["cwd"], side["uid"]
+    mount("tmpfs", cwd, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=755,size={side['disk_bytes']}")
+    for name, mode in (("work", 0o700), ("tmp", 0o1777), ("var-tmp", 0o1777), ("shm", 0o1777)):
+        os.mkdir(f"{cwd}/{name}")
+        os.chmod(f"{cwd}/{name}", mode)
+    if uid is not None:
+        os.chown(f"{cwd}/work", uid, side["gid"])
+    quota = os.open(cwd, os.O_RDONLY | os.O_DIRECTORY)  # reachable by fd once /tmp hides the path
     for folder in side["scratch"]:
-        mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={side['disk_bytes']}")
-    os.makedirs(side["cwd"], exist_ok=True)
-    mount(f"/proc/self/fd/{work}", side["cwd"], None, MS_BIND)
-    os.close(work)
+        name = {"/tmp": "tmp", "/var/tmp": "var-tmp", "/dev/shm": "shm"}.get(folder, "tmp")
+        mount(f"/proc/self/fd/{quota}/{name}", folder, None, MS_BIND)
+    os.makedirs(cwd, exist_ok=True)  # under /tmp (the usual place): made anew in the tmpfs
+    mount(f"/proc/self/fd/{quota}/work", cwd, None, MS_BIND)
+    os.close(quota)
+
+
+def join_groups(paths):
+    """Into the job's control groups (its memory and process budget), before anything else happens."""
+    pid = str(os.getpid()).encode()
+    for path in paths:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, pid)
+        finally:
+            os.close(fd)
+    try:  # the kernel's OOM killer takes our processes before any other (the scorer above all)
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        os.write(fd, b"1000")
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def install_filter(program):
+    """The seccomp filter (built by seccomp.py): it holds for this process and all it starts."""
+    code = ctypes.create_string_buffer(program, len(program))
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(Program(len(program) // 8, ctypes.addressof(code))),
+                     0, 0), "seccomp filter")
+
+
+def remove_ipc_objects(uids):
+    """System V shared memory, semaphores and message queues that processes of ``uids`` created."""
+    for kind, remove in (("shm", lambda i: libc.shmctl(i, IPC_RMID, None)),
+                         ("sem", lambda i: libc.semctl(i, 0, IPC_RMID)), ("msg", lambda i: libc.msgctl(i, IPC_RMID, None))):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as handle:
+                header, *rows = [line.split() for line in handle]
+        except (OSError, ValueError):
+            continue
+        ident, creator = header.index(kind + "id" if kind != "msg" else "msqid"), header.index("cuid")
+        for row in rows:
+            if int(row[creator]) in uids:
+                remove(int(row[ident]))
 
 
 def enter_view(view):
@@ -161,6 +242,8 @@ def drop_privileges(side):
         hard = resource.getrlimit(which)[1]
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(which, (value, value))
+    if side["seccomp"]:
+        install_filter(side["seccomp"])
 
 
 def run_program(job, side, fds, setup_w):
@@ -221,6 +304,7 @@ def start_side(job, side, fds, setup, exit_pipe):
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # die with the launcher
         if os.getppid() != job["launcher"]:
             os._exit(SETUP_FAILED)
+        join_groups(job["groups"])
         keep = {fd for fd in fds.values() if fd is not None} | {setup_w, exit_w}
         for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
             if fd > 2 and fd not in keep:  # the other side's files above all
@@ -341,6 +425,8 @@ def main():
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
+    if job["ipc_uids"]:
+        remove_ipc_objects(set(job["ipc_uids"]))
     os.write(job["status_fd"], marshal.dumps(report))
     os._exit(0)  # no interpreter shutdown: it would cost more than all of the above
 

@@ -388,14 +388,29 @@ def test_an_unprivileged_user_is_sandboxed_too():
         right = s.Session("def f():\\n    return 1\\n", "assert f() == 1\\n")
         print(s.run_session(forged).status, s.run_session(right).status)
         print(s.run_python("import os; print(os.path.exists('/work'), os.getuid())").stdout.strip())
+        print(s.run_python("print(open('/proc/self/oom_score_adj').read().strip())").stdout.strip())
     """)
     done = subprocess.run([python, "-c", program], timeout=120, **as_nobody)
     assert done.returncode == 0, done.stderr
-    describe, statuses, seen = done.stdout.strip().splitlines()
+    describe, statuses, seen, oom_score_adj = done.stdout.strip().splitlines()
     assert statuses == "failed passed" and "user=own uid" in describe
+    assert oom_score_adj == "1000"  # the OOM killer's first choice, as every sandboxed process
     userns = shutil.which("unshare") and subprocess.run(["unshare", "-U", "-m", "-p", "-n", "-f", "true"], **as_nobody)
     if userns and userns.returncode == 0:  # the kernel lets unprivileged users have namespaces
         assert "file system=private view" in describe and seen == f"False {sandbox.NOBODY}"
+        # and its fallback, in a user namespace: the host read only, nothing written outside its tmpfs
+        fallback = textwrap.dedent("""
+            from sbd_bench.tasks import sandbox as s
+            print(s.isolation().describe())
+            print(s.run_python("import os\\nfor p in ('/tmp', '/var/tmp', '.', '/'):\\n    try:\\n"
+                               "        open(os.path.join(p, 'x'), 'w'); print('written')\\n"
+                               "    except OSError as exc:\\n        print(exc.strerror)").stdout)
+        """)
+        env = {**as_nobody["env"], sandbox.FALLBACK_ENV: "1"}
+        done = subprocess.run([python, "-c", fallback], timeout=120, **{**as_nobody, "env": env})
+        describe, *writes = done.stdout.strip().splitlines()
+        assert "file system=the host's (fallback: read only" in describe, done.stderr
+        assert writes == ["written", "written", "written", "Read-only file system"]
 
 
 def test_without_any_namespace_the_judge_still_decides():

@@ -215,7 +215,7 @@ class Group:
     def __init__(self, home: GroupHome, memory_bytes: int, processes: int):
         with _COUNTER_LOCK:
             number = next(_COUNTER)
-        self.home, self.memory_bytes = home, memory_bytes
+        self.home, self.memory_bytes, self.closed = home, memory_bytes, False
         name = f"sbd_bench-{os.getpid()}-{number}"
         self.folders = list(dict.fromkeys(os.path.join(p, name) for p in (home.memory_parent, home.pids_parent) if p))
         self.memory = os.path.join(home.memory_parent, name)
@@ -263,7 +263,10 @@ class Group:
         return 0
 
     def close(self) -> None:
-        """Kill every process still in the group and remove it."""
+        """Kill every process still in the group and remove it (once: later calls do nothing)."""
+        if self.closed:
+            return
+        self.closed = True
         if self.home.version == 2 and os.path.exists(os.path.join(self.memory, "cgroup.kill")):
             try:
                 _write(os.path.join(self.memory, "cgroup.kill"), "1")

@@ -169,10 +169,12 @@ class Isolation:
     def describe(self) -> str:
         user = "own uid" if self.uid is None else ("fresh uid per process" if self.fresh_uid else f"uid {self.uid}")
         network = "isolated" if self.network_isolated else "NOT isolated"
-        files = ("private view (interpreter and standard library read-only, empty working dir and /tmp "
-                 "under a quota)" if self.private_view else "the host's (fallback: readable where any user may read)")
-        if not self.private_view and self.private_scratch:
-            files = "the host's (fallback: read only, readable where any user may read; writable: its own tmpfs)"
+        if self.private_view:
+            files = "private view (interpreter and standard library read-only, empty working dir and /tmp under a quota)"
+        elif self.private_scratch:
+            files = "the host's (fallback: read only, readable where any user may read; it writes to a tmpfs of its own)"
+        else:
+            files = "the host's (fallback: readable where any user may read, writable where any user may write)"
         budget = (self.budget.describe() if self.budget else
                   "per process only (no control group here" + ("; memfd and SysV shm refused)" if self.seccomp else ")"))
         return (f"judge=separate process, python={self.python}, user={user}, network={network}, "
@@ -409,12 +411,11 @@ class _Run:
                 raise SandboxError(f"the sandbox cannot give a program its budget here: {exc}") from None
             self.stack.callback(group.close)
         status = _temp(self.stack)
-        ipc_uids = [] if iso.ipc_namespace or not iso.fresh_uid else [side["uid"] for side in self.sides]
         launcher, runtime = _compiled(iso.python)
         code = _temp(self.stack, launcher)
         job = _temp(self.stack, marshal.dumps({"sides": self.sides, "caller": os.getpid(), "runtime": runtime,
                                                "preload": sorted(preload), "status_fd": status.fileno(),
-                                               "groups": group.procs_files if group else [], "ipc_uids": ipc_uids}))
+                                               "groups": group.procs_files if group else []}))
         errors = _temp(self.stack)
         fds = [code.fileno(), job.fileno(), status.fileno()] + [h.fileno() for files in self.files for h in files.values()]
         started = time.perf_counter()
@@ -435,6 +436,8 @@ class _Run:
             if group is not None:
                 self.oom_kills = group.oom_kills()
                 group.close()  # whatever is left of the job, wherever it went
+            if not iso.ipc_namespace and iso.fresh_uid:  # its System V objects outlive it: not here
+                _remove_ipc_objects({side["uid"] for side in self.sides})
         seconds = time.perf_counter() - started
         status.seek(0)
         said = status.read()
@@ -472,6 +475,27 @@ class _Run:
     def cleanup(self) -> None:
         for folder in self.host_dirs:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _remove_ipc_objects(uids: set[int]) -> None:
+    """Remove the System V shared memory, semaphores and message queues that processes of ``uids``
+    (fresh uids, the job's alone) created."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    rmid = 0  # IPC_RMID
+    removers = {"shm": lambda i: libc.shmctl(i, rmid, None), "sem": lambda i: libc.semctl(i, 0, rmid),
+                "msg": lambda i: libc.msgctl(i, rmid, None)}
+    for kind, remove in removers.items():
+        try:
+            with open(f"/proc/sysvipc/{kind}", encoding="utf-8") as handle:
+                header, *rows = [line.split() for line in handle]
+            ident, creator = header.index("msqid" if kind == "msg" else kind + "id"), header.index("cuid")
+        except (OSError, ValueError):
+            continue
+        for row in rows:
+            if int(row[creator]) in uids:
+                remove(int(row[ident]))
 
 
 @lru_cache(maxsize=8)

@@ -3,7 +3,7 @@
 sandbox's interpreter; it is never imported. It reads the job (marshal) from the file
 JOB_FD and starts one process per side of the job: a program to run (``program``), or a judged
 session's ``judge`` and ``candidate``, each alone in its own namespaces. For a session it first runs
-proxy.py's text (both sides inherit the result). For each side:
+proxy.py's code (both sides inherit the result). For each side:
 
   side root (forked from here): join the job's control groups (its memory and process budget), make
       itself the OOM killer's first choice, unshare the namespaces; build the file system view (a tmpfs
@@ -24,9 +24,7 @@ setup pipe before anything untrusted runs and exits 125; the pipe is closed, emp
 its payload, so nothing the payload does can pass for a setup failure. When the job's main side (the
 judge, or the program) has ended, every other side is killed. Last, the launcher writes to the status
 file (marshal): per side, the setup error or "", and the wait status of its program (None: killed by us,
-still running). Everything dies with the launcher (parent-death signals all the way down). Sides with
-a uid of their own but no IPC namespace leave no System V objects: the launcher removes those their uid
-created.
+still running). Everything dies with the launcher (parent-death signals all the way down).
 
 Each session pays for what this file imports before it forks (and its sides for their imports): hence
 marshal rather than json (whose import pulls in re), and _signal rather than signal (enum).
@@ -44,7 +42,6 @@ MNT_DETACH = 2
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 4, 22, 38
 SECCOMP_MODE_FILTER = 2
-IPC_RMID = 0
 # mount flags a bind mount keeps from its source in a user namespace (statvfs's ST_* -> MS_*)
 LOCKABLE = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC), (os.ST_NOATIME, 1024),
             (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, 1 << 21))
@@ -159,12 +156,14 @@ def join_groups(paths):
             os.write(fd, pid)
         finally:
             os.close(fd)
+    libc.prctl(PR_SET_DUMPABLE, 1)  # else /proc/self is root's, not ours to write (not root)
     try:  # the kernel's OOM killer takes our processes before any other (the scorer above all)
         fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
         os.write(fd, b"1000")
         os.close(fd)
     except OSError:
         pass
+    libc.prctl(PR_SET_DUMPABLE, 0)
 
 
 def install_filter(program):
@@ -175,21 +174,6 @@ def install_filter(program):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
     check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(Program(len(program) // 8, ctypes.addressof(code))),
                      0, 0), "seccomp filter")
-
-
-def remove_ipc_objects(uids):
-    """System V shared memory, semaphores and message queues that processes of ``uids`` created."""
-    for kind, remove in (("shm", lambda i: libc.shmctl(i, IPC_RMID, None)),
-                         ("sem", lambda i: libc.semctl(i, 0, IPC_RMID)), ("msg", lambda i: libc.msgctl(i, IPC_RMID, None))):
-        try:
-            with open(f"/proc/sysvipc/{kind}") as handle:
-                header, *rows = [line.split() for line in handle]
-        except (OSError, ValueError):
-            continue
-        ident, creator = header.index(kind + "id" if kind != "msg" else "msqid"), header.index("cuid")
-        for row in rows:
-            if int(row[creator]) in uids:
-                remove(int(row[ident]))
 
 
 def enter_view(view):
@@ -426,8 +410,6 @@ def main():
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
-    if job["ipc_uids"]:
-        remove_ipc_objects(set(job["ipc_uids"]))
     os.write(job["status_fd"], marshal.dumps(report))
     os._exit(0)  # no interpreter shutdown: it would cost more than all of the above
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..types import UsageError
 from .metrics import example_key, is_verified, summarize
-from .records import check_output_file, load_run, write_text_atomic
+from .records import check_output_file, load_run, starts_with, write_text_atomic
 
 
 class CompareError(UsageError):
@@ -127,6 +127,7 @@ def _f(value) -> str:
 
 HEADER = ["config", "task", "nfe base", "nfe run", "acc base", "acc run", "tok/fwd base", "tok/fwd run",
           "wall x base", "wall x run", "status"]
+TABLE_START = "| " + " | ".join(HEADER[:2]) + " |"  # how compare knows an --out file it wrote before
 
 
 def cmd_compare(args) -> int:
@@ -134,8 +135,11 @@ def cmd_compare(args) -> int:
     for name, value in tol.items():
         if not (math.isfinite(value) and value >= 0):  # nan compares false with everything: it would turn a check off
             raise UsageError(f"--{name}-tol must be a number >= 0 (got {value}); 0 means any change fails")
-    if args.out:
-        check_output_file(Path(args.out))
+    if tol["accuracy"] > 1:  # an absolute change of a fraction: 5 would accept every change
+        raise UsageError(f"--accuracy-tol is an absolute change of accuracy, from 0 to 1 (got {tol['accuracy']}): "
+                         f"for {tol['accuracy']:g} points write --accuracy-tol {tol['accuracy'] / 100:g}")
+    if args.out:  # a comparison written before may be replaced; a run's records or any other file may not
+        check_output_file(Path(args.out), "compare.md", lambda path: starts_with(path, TABLE_START), "compare")
     body, regressions, notes = compare_runs(Path(args.baseline), Path(args.run), tol)
     table = "\n".join(["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
                       + ["| " + " | ".join(row) + " |" for row in body])

@@ -14,6 +14,7 @@ import math
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 from ..types import SAMPLE_FIELDS, SCHEMA_VERSION, UsageError
 from .metrics import json_safe
@@ -242,12 +243,45 @@ def remove_empty_folders(folders: list[Path]) -> None:
             pass  # not empty, or gone: leave it
 
 
-def check_output_file(path: Path, flag: str = "--out") -> None:
-    """Refuse, before any work, an output file path that is a folder or whose folder cannot be written."""
+def check_output_file(path: Path, example: str, ours: Callable[[Path], bool], command: str, flag: str = "--out") -> None:
+    """Refuse, before any work, an output file path that is a folder, whose folder cannot be written, or
+    that holds a file ``command`` did not write (``ours`` tells): writing would replace it. The name
+    suggested instead (``example`` in that folder) is one that does not exist yet."""
     path = Path(path)
     if path.is_dir():
-        raise RunFolderError(f"{flag} {path} is a folder: give a file name, e.g. {path / 'throughput.json'}")
+        raise RunFolderError(f"{flag} {path} is a folder: give a file name, e.g. {flag} {free_path(path / example)}")
+    if path.exists() and not ours(path):
+        raise RunFolderError(f"{flag} {path} is a file `{command}` did not write, which writing would replace: give "
+                             f"a new file name, e.g. {flag} {free_path(path.parent / example)}")
     prepare_output_folder(path.parent, flag, keep=False)
+
+
+def free_path(path: Path) -> Path:
+    """``path`` if nothing is there, else the first of NAME-2.EXT, NAME-3.EXT, ... that is free."""
+    path = candidate = Path(path)
+    number = 2
+    while candidate.exists() or candidate.is_symlink():
+        candidate = path.with_name(f"{path.stem}-{number}{path.suffix}")
+        number += 1
+    return candidate
+
+
+def is_run_summary(path: Path) -> bool:
+    """Whether ``path`` is a summary.json a run wrote (a JSON object with schema_version and provenance)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and "schema_version" in data and "provenance" in data
+
+
+def starts_with(path: Path, prefix: str) -> bool:
+    """Whether the file ``path`` begins with ``prefix`` (how a command knows a file it wrote before)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(prefix.encode())) == prefix.encode()
+    except OSError:
+        return False
 
 
 # ------------------------------------------------------------------------------------- the run lock

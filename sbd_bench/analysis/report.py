@@ -30,7 +30,8 @@ from typing import Callable
 
 from ..types import SUMMARY_ROW_FIELDS
 from .metrics import BASELINE_SOLVER, TOKENS_DIFFER_PERCENT, is_verified, summarize
-from .records import load_run, prepare_output_folder, write_text_atomic
+from .records import (SUMMARY, RunFolderError, free_path, is_run_summary, load_run, prepare_output_folder, starts_with,
+                      write_text_atomic)
 from .roofline import prediction_columns
 
 PREDICTION_LABELS = {"pred_measured": "predicted (measured curve)"}
@@ -401,7 +402,7 @@ def _table_section(title: str, intro: str, rows: list[dict], columns: list[Colum
 
 def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dict[str, dict]) -> str:
     header, body = main_table(rows)
-    text = [f"# sbd_bench report: {run_dir.name}", ""]
+    text = [f"{REPORT_TITLE}{run_dir.name}", ""]
     if not summary.get("complete"):
         text += [f"**Incomplete run**: finish it with `python -m sbd_bench run --resume {run_dir}`.", ""]
     text += ["Cells: accuracy (%) / speed factor relative to NTP, from forward counts (NFE), paired per example.", "",
@@ -434,6 +435,24 @@ def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dic
              "![tokens per forward](tokens_per_forward.png)", "", "![forwards per block](forwards_per_block.png)", "",
              "## Provenance", "", *provenance_lines(summary), ""]
     return "\n".join(text)
+
+
+REPORT_FILES = ("report.md", "table.csv", "rows.csv", "accuracy_vs_speed.png", "tokens_per_forward.png",
+                "forwards_per_block.png")  # what _write_report writes
+REPORT_TITLE = "# sbd_bench report: "
+
+
+def check_report_folder(folder: Path, also: tuple[str, ...] = (), flag: str = "--out") -> None:
+    """Refuse, before any work, a folder holding files by the report's names (or by the names in
+    ``also``) that sbd_bench did not write: the report would replace them. A run folder (its
+    summary.json a run's) or a folder holding a report.md of ours may be written again."""
+    folder = Path(folder)
+    if is_run_summary(folder / SUMMARY) or starts_with(folder / "report.md", REPORT_TITLE):
+        return
+    taken = [name for name in (*also, *REPORT_FILES) if (folder / name).exists()]
+    if taken:
+        raise RunFolderError(f"{flag} {folder} holds {', '.join(taken)}, which sbd_bench did not write and would "
+                             f"replace: give a new or empty folder, e.g. {flag} {free_path(folder)}")
 
 
 def write_report(run_dir: Path, out_dir: Path | None = None, loaded: tuple[dict, list[dict]] | None = None) -> Path:
@@ -470,6 +489,7 @@ def cmd_report(args) -> int:
     summary, records = load_run(Path(args.run_dir))  # bad records first: nothing is written then
     if args.out:
         prepare_output_folder(Path(args.out), keep=False)
+        check_report_folder(Path(args.out))
     path, rows = _write_report(Path(args.run_dir), Path(args.out) if args.out else None, summary, records)
     print(markdown(*main_table(rows)))
     print(json.dumps({"report": str(path), "complete": bool(summary.get("complete"))}))

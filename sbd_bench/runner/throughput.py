@@ -101,6 +101,15 @@ def sweep(lm, task, prompts, solvers, sizes: list[int], cfg, report=lambda line:
     return sorted(rows, key=lambda r: [s.label for s in solvers].index(r["config"]))
 
 
+def is_throughput_file(path: Path) -> bool:
+    """Whether ``path`` holds figures this command wrote (it may replace those, never another file)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and str(data.get("command", "")).startswith("python -m sbd_bench throughput")
+
+
 def cmd_throughput(args) -> int:
     import torch
 
@@ -117,7 +126,8 @@ def cmd_throughput(args) -> int:
         if value < 1:
             raise UsageError(f"{flag} must be >= 1 (got {value})")
     out = Path(args.out or f"runs/throughput-{time.strftime('%Y%m%d-%H%M%S')}.json")
-    check_output_file(out)  # before the model loads: a folder or an unwritable place costs nothing
+    # before the model loads: a folder, an unwritable place or a file another command wrote costs nothing
+    check_output_file(out, "throughput.json", is_throughput_file, "throughput")
     solvers = parse_solver_spec(args.solver, solver_registry(args.plugins))
     task = load_task(expand_tasks(args.task)[0])
     cfg = RunConfig(model=args.model, block_size=args.block_size, max_new_tokens=args.max_new_tokens,
@@ -137,13 +147,14 @@ def cmd_throughput(args) -> int:
               "torch": torch.__version__, "rows": rows}
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out, result)
-    print(f"{'config':<44} {'batch':>5} {'tok/s':>9} {'vs ntp':>7} {'tok/fwd':>8} {'same':>5}", file=sys.stderr)
+    width = max([44, *(len(r["config"]) for r in rows)])  # every configuration's name whole (verify=on ends some)
+    print(f"{'config':<{width}} {'batch':>5} {'tok/s':>9} {'vs ntp':>7} {'tok/fwd':>8} {'same':>5}", file=sys.stderr)
     for r in rows:
         if r.get("error"):
-            print(f"{r['config'][:44]:<44} {r['batch_size']:>5} {r['error']}", file=sys.stderr)
+            print(f"{r['config']:<{width}} {r['batch_size']:>5} {r['error']}", file=sys.stderr)
             continue
         vs = "-" if r["speed_vs_ntp"] is None else f"{r['speed_vs_ntp']:.2f}"
-        print(f"{r['config'][:44]:<44} {r['batch_size']:>5} {r['tokens_per_s']:>9.1f} {vs:>7} "
+        print(f"{r['config']:<{width}} {r['batch_size']:>5} {r['tokens_per_s']:>9.1f} {vs:>7} "
               f"{r['tokens_per_forward']:>8.2f} {str(r['outputs_match_batch_1']):>5}", file=sys.stderr)
     print(json.dumps({"out": str(out), "rows": len(rows), "errors": sum(bool(r.get("error")) for r in rows)}))
     mismatched = any(r.get("outputs_match_batch_1") is False for r in rows)

@@ -24,6 +24,7 @@ from .types import Solver, SolverError, UsageError, Verified, did_you_mean
 
 BUILTIN_SOLVERS = Path(__file__).resolve().parent.parent / "solvers"
 ENTRY_POINT_GROUP = "sbd_bench.solvers"
+INT64 = 2 ** 63  # integer parameters reach tensors as int64
 VERIFY_KEY = "verify"  # a core option in every block solver's spec, not a solver parameter
 # what `all` adds to every solver at its defaults, verified: the paper's solver, and the whole block in one
 # forward (one forward per block at the default k=16: never more forwards than NTP; docs/decoding.md)
@@ -109,9 +110,13 @@ def _coerce(value: str, annotation, solver: str, key: str):
             raise ValueError(value)
         if annotation is float and value.lower() in ("inf", "infinity"):
             return float("inf")
-        return annotation(value)
+        result = annotation(value)
     except ValueError:
         raise SolverError(f"{solver}: {key}={value!r} is not a valid {annotation.__name__}") from None
+    if annotation is int and not -INT64 <= result < INT64:  # tensors hold it as int64: it would overflow there
+        raise SolverError(f"{solver}: {key}={value} is out of range: an integer parameter must lie within "
+                          f"+-{INT64 - 1} (a 64-bit integer)")
+    return result
 
 
 def build_solver(cls: type[Solver], overrides: dict[str, str | object]) -> Solver:
@@ -158,7 +163,11 @@ def parse_solver_spec(spec: str, registry: dict[str, type[Solver]]) -> list[Solv
             key, eq, values = item.partition("=")
             if not eq or not values:
                 raise SolverError(f"bad parameter '{item}' for {name}: write key=value or key=v1,v2")
-            grid[key.strip()] = [v.strip() for v in values.split(",")]
+            key = key.strip()
+            if key in grid:  # the last one would win without a word
+                raise SolverError(f"{name}: parameter '{key}' is given twice in '{part}': give it once, sweeping "
+                                  f"values as one list ({key}=v1,v2)")
+            grid[key] = [v.strip() for v in values.split(",")]
         modes = grid.pop(VERIFY_KEY, ["off"])
         for mode in modes:
             if mode not in ("on", "off"):

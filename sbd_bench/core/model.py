@@ -45,14 +45,23 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> Path:
     path = Path(name_or_path)
     if path.is_dir():
         return path
+    if path.is_file():
+        holder = path.parent if (path.parent / "config.json").exists() else None
+        raise ModelError(f"model '{name_or_path}' is a file, not a model folder: "
+                         + (f"give the folder that holds it, {holder}" if holder else
+                            "give a local Hugging Face folder (config.json + weights + tokenizer) or a shipped model "
+                            f"name ({', '.join(shipped_models()) or 'none shipped'})"))
     shipped = MODELS_DIR / str(name_or_path)
     if shipped.is_dir():
         return shipped
-    names = sorted(p.name for p in MODELS_DIR.glob("*") if (p / "config.json").exists()) if MODELS_DIR.is_dir() else []
     raise ModelError(
         f"model folder '{name_or_path}' does not exist: pass a local Hugging Face folder "
-        f"(config.json + weights + tokenizer) or a shipped model name ({', '.join(names) or 'none shipped'})"
+        f"(config.json + weights + tokenizer) or a shipped model name ({', '.join(shipped_models()) or 'none shipped'})"
     )
+
+
+def shipped_models() -> list[str]:
+    return sorted(p.name for p in MODELS_DIR.glob("*") if (p / "config.json").exists()) if MODELS_DIR.is_dir() else []
 
 
 def pick_device(device: str) -> torch.device:
@@ -121,6 +130,48 @@ def folder_hash(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+
+
+def one_line(exc: Exception, limit: int = 400) -> str:
+    """An exception from a library as one line: its lines joined, cut at ``limit`` characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _load_weights(path: Path, **kwargs) -> torch.nn.Module:
+    """The model from ``path``'s weights, refusing in one line weights that do not fit the config:
+    shapes that differ, or tensors missing (transformers would initialise those at random and say so
+    only in a table of warnings)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its load report is a table of warnings; the one line below says it
+    try:
+        try:
+            model, info = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, output_loading_info=True,
+                                                               **kwargs)
+        except Exception as exc:
+            if "ignore_mismatched_sizes" not in str(exc):
+                raise ModelError(f"cannot load the weights in {path}: {one_line(exc)}") from exc
+            model, info = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, output_loading_info=True,
+                                                               ignore_mismatched_sizes=True, **kwargs)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    mismatched, missing = sorted(info.get("mismatched_keys") or ()), sorted(info.get("missing_keys") or ())
+    if mismatched:
+        key, saved, wanted = mismatched[0]
+        raise ModelError(f"the weights in {path} do not match its config.json: {len(mismatched)} tensors differ in "
+                         f"shape (e.g. {key} is {list(saved)} in the weights, config.json makes it {list(wanted)}); "
+                         f"put back the config.json these weights were saved with")
+    if missing:
+        raise ModelError(f"the weights in {path} lack {len(missing)} tensors its config.json needs (e.g. {missing[0]}): "
+                         f"they were saved from another architecture or cut short; put back the weights and "
+                         f"config.json saved together")
+    return model
+
+
 def load_model(
     name_or_path: str | os.PathLike = DEFAULT_MODEL,
     device: str = "auto",
@@ -131,7 +182,7 @@ def load_model(
 ) -> LoadedModel:
     """``device_map`` ("auto", "balanced", or a dict): spread a model too large for one device over
     every visible GPU (then CPU) with accelerate, instead of moving it whole to ``device``."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own progress line is the only one on stderr
@@ -148,9 +199,15 @@ def load_model(
         raise ModelError(f"unknown --dtype '{dtype}': use auto, {', '.join(DTYPES)}")
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
+    except Exception as exc:
+        raise ModelError(f"cannot load the config in {path}: {one_line(exc)}") from exc
+    try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as exc:
-        raise ModelError(f"cannot load the config or tokenizer in {path}: {str(exc).splitlines()[0]}") from exc
+        if not any((path / name).exists() for name in TOKENIZER_FILES):
+            raise ModelError(f"{path} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}): copy the tokenizer "
+                             f"files of the model it was made from into it") from exc
+        raise ModelError(f"cannot load the tokenizer in {path}: {one_line(exc)}") from exc
     mask_id = find_mask_token_id(tokenizer, config)
     if mask_id is None and require_mask_token:
         raise ModelError(
@@ -165,12 +222,7 @@ def load_model(
             raise ModelError("--device-map needs the accelerate package: pip install accelerate "
                              "(or drop --device-map to load the model on one device)")
         placement = {"device_map": device_map}
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            path, local_files_only=True, dtype=torch_dtype, attn_implementation=attn_implementation, **placement
-        )
-    except Exception as exc:
-        raise ModelError(f"cannot load the weights in {path}: {str(exc).splitlines()[0]}") from exc
+    model = _load_weights(path, dtype=torch_dtype, attn_implementation=attn_implementation, **placement)
     if device_map is None:
         model.to(dev)
     else:  # inputs go where the embeddings are; accelerate's hooks move activations between devices

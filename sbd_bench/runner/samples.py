@@ -51,6 +51,8 @@ class RunConfig:
     shard: tuple[int, int] | None = None  # (rank, world_size) under torchrun (distributed.py)
 
     def __post_init__(self):
+        if not 0 <= self.seed < 2 ** 64:  # torch's seed range (it raises an overflow error past it)
+            raise UsageError(f"--seed must be between 0 and 2**64 - 1 = {2 ** 64 - 1} (got {self.seed})")
         if self.block_size < 1:
             raise UsageError(f"--block-size must be >= 1 (got {self.block_size})")
         if self.limit is not None and self.limit < 1:

@@ -65,7 +65,7 @@ def iter_jsonl(path: str | Path, error: type[UsageError] = TaskError, objects_on
     with (gzip.open if str(path).endswith(".gz") else open)(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a BOM (Windows editors) is no content
             except UnicodeDecodeError:
                 raise error(f"{path}:{number}: not UTF-8 text; save the file as UTF-8 (JSON Lines are UTF-8)") from None
             if not line.strip():
@@ -117,28 +117,43 @@ class JsonlTask(Task):
         return list(self._examples)
 
 
+def task_options(spec: str) -> list[str]:
+    """The options the task ``spec`` names takes (its constructor's parameters); none for a JSONL file."""
+    import inspect
+
+    cls = task_registry().get(spec.partition(":")[0])
+    if cls is None or cls.__init__ is object.__init__:
+        return []
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self" and p.kind in named]
+
+
 def load_task(spec: str, **options) -> Task:
     """``name``, ``name:key=value;key=value`` (e.g. ``gsm8k:path=data/gsm8k.jsonl``) or a JSONL path.
     ``options`` (e.g. chat_template=True) are passed on to the task's constructor with the spec's."""
-    import inspect
-
     registry = task_registry()
     name, _, option_text = spec.partition(":")
     if name in registry:
+        given = set()
         for item in filter(None, (p.strip() for p in option_text.split(";"))):
             key, eq, value = item.partition("=")
             if not eq or not value:
                 raise TaskError(f"bad task option '{item}' in '{spec}': write {name}:key=value (e.g. {name}:path=FILE)")
+            if key.strip() in given:  # the last one would win without a word
+                raise TaskError(f"task option '{key.strip()}' is given twice in '{spec}': give it once")
+            given.add(key.strip())
             options[key.strip()] = value.strip()
         cls = registry[name]
-        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        params = inspect.signature(cls.__init__).parameters.values() if cls.__init__ is not object.__init__ else ()
-        accepted = [p.name for p in params if p.name != "self" and p.kind in named]
+        accepted = task_options(spec)
         for key in options:
             if key not in accepted:
                 raise TaskError(f"task '{name}' has no option '{key}' (its options: {', '.join(accepted) or 'none'})")
         return cls(**options)
     path = Path(spec)
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.jsonl"))
+        hint = f"one of the {len(inside)} in it, e.g. {path / inside[0]}" if inside else "a JSONL file"
+        raise TaskError(f"task file {path} is a folder: give {hint}, or a built-in task name")
     if path.suffix == ".jsonl" or path.exists():
         if not path.is_file():
             raise TaskError(f"task file {path} does not exist: give a JSONL file or a built-in task name")

@@ -32,7 +32,7 @@ def read_rows(path: Path) -> list[tuple[int, Any]]:
     try:
         if path.suffix != ".json":
             return list(iter_jsonl(path, TaskError, objects_only=False))
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a leading BOM is no content
     except UnicodeDecodeError as exc:
         raise TaskError(f"{path}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
     except (OSError, EOFError) as exc:  # a .gz that is not gzip, or is cut short

@@ -34,10 +34,14 @@ def main() -> None:
     def core():
         return decoder.generate(prompt, ntp).output_ids
 
+    # the core never emits the mask token (its logit is -inf); generate must not either, or a model whose
+    # argmax is the mask token somewhere (an untrained one) makes the two differ for no fault of either
+    suppress = {"suppress_tokens": [lm.mask_token_id]} if lm.mask_token_id >= 0 else {}
+
     def hf():
         with torch.inference_mode():
             out = lm.model.generate(ids, do_sample=False, max_new_tokens=args.tokens, eos_token_id=None,
-                                    pad_token_id=lm.tokenizer.pad_token_id)
+                                    pad_token_id=lm.tokenizer.pad_token_id, **suppress)
         return out[0, len(prompt):].tolist()
 
     assert core() == hf(), "the core's NTP tokens differ from generate's"

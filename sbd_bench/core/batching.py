@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..types import BlockView, Generation, Solver
-from .decoding import (Counters, Decoder, _check_reveal, _check_shape, _clock, _end_block, _new_blocks, to_host,
-                       verify_drafts)
+from .decoding import (Counters, Decoder, SolverContractError, _check_reveal, _check_shape, _clock, _end_block,
+                       _new_blocks, check_logits, to_host, verify_drafts)
 from .masks import Pattern
 
 
@@ -110,12 +110,16 @@ class BatchDecoder:
                       phase="prefill", keep=1)
             self.committed = longest - 1
         t1 = _clock(device)
-        if verified:  # 2. decode
-            self._decode_verified(ids, rows, solver, cache)
-        elif solver.decodes_blocks:
-            self._decode_blocks(ids, rows, solver, cache)
-        else:
-            self._decode_ntp(ids, rows, cache)
+        try:
+            if verified:  # 2. decode
+                self._decode_verified(ids, rows, solver, cache)
+            elif solver.decodes_blocks:
+                self._decode_blocks(ids, rows, solver, cache)
+            else:
+                self._decode_ntp(ids, rows, cache)
+        except SolverContractError:  # NaN logits make any solver look broken: the model is named instead
+            check_logits(lm, d.last_logits, f"forward {d.counters.nfe} of {solver.label}")
+            raise
         t2 = _clock(device)
         return [Generation(output_ids=r.out, stop_reason=r.stop_reason, nfe=r.nfe,
                            prefill_forwards=int(r.prompt_len > 1), revealed_per_forward=r.revealed,

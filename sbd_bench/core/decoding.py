@@ -37,6 +37,30 @@ class SolverContractError(RuntimeError):
     """A solver returned a reveal set that breaks the contract in types.Solver.select."""
 
 
+class BrokenModelError(DecodeError):
+    """The model's logits hold NaN or +inf: every solver's choice over them is garbage, none is to blame."""
+
+
+def check_logits(lm: LoadedModel, logits: torch.Tensor, where: str) -> None:
+    """Raise ``BrokenModelError`` when ``logits`` hold NaN or +inf (-inf is a masked token). A device read:
+    called once before a run decodes, and where a solver seems to have broken its contract."""
+    if bool((logits.isnan() | logits.isposinf()).any()):
+        dtype = str(lm.dtype).removeprefix("torch.")
+        hint = "" if lm.dtype == torch.float32 else f"--dtype float32 if {dtype} overflows, or "
+        raise BrokenModelError(f"the model {lm.path} computes NaN or infinite logits ({where}) in {dtype}: it cannot "
+                               f"decode; use {hint}weights saved before its training diverged")
+
+
+def check_model_output(lm: LoadedModel, prompt_ids: list[int]) -> None:
+    """One causal forward of a prompt, outside any sample, checked by ``check_logits``: a broken model
+    is refused before anything is decoded."""
+    decoder = Decoder(lm, max_new_tokens=1)
+    prompt = torch.tensor([prompt_ids], dtype=torch.long, device=lm.device)
+    positions = torch.arange(len(prompt_ids), device=lm.device)[None]
+    logits = decoder.forward(prompt, positions, None, KVCache(lm.model.config), phase="prefill", keep=1)
+    check_logits(lm, logits, "on the run's first prompt")
+
+
 @dataclass
 class Counters:
     nfe: int = 0
@@ -91,6 +115,7 @@ class Decoder:
                                    use_cache=True, **kept).logits
             logits = (logits if kept or not keep else logits[:, -keep:]).float()
         cache.advance(ids.shape[1])
+        self.last_logits = logits  # a reference only: read when a solver seems to break its contract
         if self.lm.mask_token_id >= 0:
             logits[..., self.lm.mask_token_id] = float("-inf")  # the mask token is never emitted
         return logits
@@ -152,12 +177,16 @@ class Decoder:
         t0 = _clock(device)
         self.prefill(prompt[:, :-1], cache)  # 1. prefill all but the last prompt token
         t1 = _clock(device)
-        if solver.decodes_blocks and solver.verify:  # 2. decode
-            state = self._decode_verified(prompt, solver, cache)
-        elif solver.decodes_blocks:
-            state = self._decode_blocks(prompt, solver, cache)
-        else:
-            state = self._decode_ntp(prompt, cache)
+        try:
+            if solver.decodes_blocks and solver.verify:  # 2. decode
+                state = self._decode_verified(prompt, solver, cache)
+            elif solver.decodes_blocks:
+                state = self._decode_blocks(prompt, solver, cache)
+            else:
+                state = self._decode_ntp(prompt, cache)
+        except SolverContractError:  # NaN logits make any solver look broken: the model is named instead
+            check_logits(self.lm, self.last_logits, f"forward {self.counters.nfe} of {solver.label}")
+            raise
         t2 = _clock(device)
         output_ids, stop_reason, revealed, per_block, *verdicts = state
         return Generation(

@@ -9,11 +9,14 @@ exit statuses are the ``EXIT_*`` constants below (also in every ``--help``).
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import os
+import re
 import shlex
 import shutil
+import stat
 import sys
 import time
 from collections import Counter
@@ -93,7 +96,7 @@ def cmd_run(args) -> int:
 
     from .core.model import pick_device, resolve_model_path
     from .runner import distributed
-    from .runner.harness import RunConfig, resume, run
+    from .runner.harness import RunConfig, resume, resume_command, run
     from .tasks import expand_tasks
 
     command = args.command_line
@@ -101,6 +104,11 @@ def cmd_run(args) -> int:
     if args.resume and distributed.launched():
         raise UsageError("--resume runs in one process: resume a data-parallel run without torchrun")
     if args.resume:
+        ignored = sorted(typed_options(args.argv, args) - {"command", "resume"})
+        if ignored:  # they would be ignored: the run's own settings are what it is finished with
+            raise UsageError(f"--resume finishes a run with the settings it was started with: drop "
+                             f"{', '.join('--' + name.replace('_', '-') for name in ignored)} (other settings are "
+                             f"another run: give it a new --out folder)")
         out = Path(args.resume)
     else:
         resolve_model_path(args.model)  # the cheapest checks first: a typo in --model costs no work
@@ -126,6 +134,13 @@ def cmd_run(args) -> int:
             run_dir = run(cfg, progress=progress)
     except KeyboardInterrupt:
         return _interrupted(out, progress)
+    except BrokenPipeError:  # the run stopped at a sample boundary; its summary and report say how to resume
+        try:
+            print(f"\nthe output's reader went away: stopped; finish the run with\n  {resume_command(out)}",
+                  file=sys.stderr)
+        except OSError:
+            pass  # stderr is that pipe too (`2>&1 | head`)
+        raise
     summary = json.loads((run_dir / "summary.json").read_text())
     _print_table(summary["rows"])
     for line in failure_lines(summary):
@@ -138,10 +153,12 @@ def cmd_run(args) -> int:
 
 def _interrupted(out, progress: ProgressBar) -> int:
     """Ctrl-C or SIGTERM: say what is kept and the exact command that finishes the run."""
+    from .runner.harness import resume_command
+
     progress.close()
     if (out / "summary.json").exists():
         print(f"\ninterrupted: the samples finished so far are kept in {out}; finish the run with\n"
-              f"  python -m sbd_bench run --resume {shlex.quote(str(out))}", file=sys.stderr)
+              f"  {resume_command(out)}", file=sys.stderr)
     else:
         print(f"\ninterrupted before {out} held a summary: there is nothing to resume; start the run again",
               file=sys.stderr)
@@ -164,19 +181,54 @@ def failure_lines(summary: dict) -> list[str]:
     return lines
 
 
-def _print_table(rows: list[dict]) -> None:
-    """The summary rows on stderr, one line each; ``accept`` is the acceptance rate of verified
-    configurations (``-`` for the others), beside tokens per forward as in the report."""
-    def fmt(value, spec):
-        return format("-", f">{spec.split('.')[0]}") if value is None else format(value, spec)
+def _cell(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
 
-    header = (f"{'task':<14} {'config':<44} {'n':>4} {'acc':>6} {'nfe':>8} {'tok/fwd':>8} {'accept':>6} "
-              f"{'speed_nfe':>9} {'speed_wall':>10}")
-    print(header, file=sys.stderr)
+
+# The columns of the stderr table after task and config: (header, width, the cell of a summary row).
+# ``accept`` is the acceptance rate of verified configurations ("-" for the others), beside tokens per
+# forward as in the report.
+TABLE_COLUMNS = [
+    ("n", 4, lambda r: str(r["n"])),
+    ("acc", 6, lambda r: _cell(r["accuracy"], ".3f")),
+    ("nfe", 8, lambda r: _cell(r["nfe"], ".1f")),
+    ("tok/fwd", 8, lambda r: _cell(r["tokens_per_forward"], ".2f")),
+    ("accept", 6, lambda r: _cell(r["acceptance_rate"], ".3f")),
+    ("speed_nfe", 9, lambda r: _cell(r["speed_factor_nfe"], ".2f")),
+    ("speed_wall", 10, lambda r: _cell(r["speed_factor_wall"], ".2f")),
+]
+
+
+def _print_table(rows: list[dict], width: int | None = None) -> None:
+    """The summary rows on stderr, one line each. Task and configuration names are never cut: their
+    columns are as wide as the longest. Where the line must fit ``width`` (default: the terminal's
+    when stderr is one; a log keeps its lines whole), a configuration name too long for the room left
+    wraps at its commas onto the lines below it, in its column."""
+    task_width = max([4, *(len(r["task"]) for r in rows)])
+    numbers = " ".join(f"{header:>{w}}" for header, w, _ in TABLE_COLUMNS)
+    config_width = max([6, *(len(r["config"]) for r in rows)])
+    if width is None and sys.stderr.isatty():
+        width = shutil.get_terminal_size().columns
+    if width:
+        config_width = min(config_width, max(20, width - task_width - len(numbers) - 2))
+    print(f"{'task':<{task_width}} {'config':<{config_width}} {numbers}", file=sys.stderr)
     for r in rows:
-        print(f"{r['task'][:14]:<14} {r['config'][:44]:<44} {r['n']:>4} {fmt(r['accuracy'], '6.3f')} "
-              f"{fmt(r['nfe'], '8.1f')} {fmt(r['tokens_per_forward'], '8.2f')} {fmt(r['acceptance_rate'], '6.3f')} "
-              f"{fmt(r['speed_factor_nfe'], '9.2f')} {fmt(r['speed_factor_wall'], '10.2f')}", file=sys.stderr)
+        first, *more = _wrap(r["config"], config_width)
+        cells = " ".join(f"{cell(r):>{w}}" for _, w, cell in TABLE_COLUMNS)
+        print(f"{r['task']:<{task_width}} {first:<{config_width}} {cells}", file=sys.stderr)
+        for piece in more:
+            print(f"{'':<{task_width}} {piece}", file=sys.stderr)
+
+
+def _wrap(name: str, width: int) -> list[str]:
+    """A configuration name in lines of at most ``width`` characters, broken after ':' or ',' (inside
+    a piece longer than a line only where it must)."""
+    lines = [""]
+    for piece in filter(None, re.findall(r"[^,:]*[,:]?", name)):
+        if lines[-1] and len(lines[-1]) + len(piece) > width:
+            lines.append("")
+        lines[-1] += piece
+    return [line[i:i + width] for line in lines for i in range(0, len(line), width)]
 
 
 def cmd_list(args) -> int:
@@ -211,7 +263,15 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         return text
 
 
-def build_parser() -> argparse.ArgumentParser:
+def typed_options(argv: list[str], args: argparse.Namespace) -> set[str]:
+    """The destinations of the options typed in ``argv`` (abbreviated or not, whatever their value):
+    a second parse in which every default is a marker (a list, so that `append` options copy it)."""
+    marker = type("Unset", (list,), {})()
+    again = build_parser(defaults={dest: marker for dest in vars(args)}).parse_args(argv)
+    return {dest for dest, value in vars(again).items() if value is not marker}
+
+
+def build_parser(defaults: dict | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m sbd_bench", description="Set Block Decoding benchmark suite",
                                      epilog="exit status: 0 done; 1 `run` with failed samples or incomplete, "
                                             "`compare` with a regression; 2 bad input; 130 interrupted")
@@ -242,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.add_argument("--repeats", type=int, default=1, help="timed decodes per example and config; medians reported")
     run_p.add_argument("--warmup", type=int, default=1, help="unrecorded decodes per config before timing")
     run_p.add_argument("--resume", metavar="RUN_DIR", default=None,
-                       help="finish an interrupted run with its own settings (other flags are ignored)")
+                       help="finish an interrupted run with the settings it was started with (alone: other flags are refused)")
     run_p.add_argument("--no-cost-curve", action="store_true", help="skip timing the 1, k, 2k-token forwards")
     run_p.add_argument("--no-report", action="store_true", help="skip writing report.md and the plots")
     run_p.set_defaults(func=cmd_run)
@@ -256,7 +316,20 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(name).add_cli(sub)
     for command in sub.choices.values():
         command.formatter_class = DefaultsHelpFormatter
+        if defaults:
+            command.set_defaults(**defaults)
     return parser
+
+
+def _stdout_is_full() -> bool:
+    """Whether stdout is what ran out of space: /dev/full refuses even an empty write; a file on a full
+    disk has no free block."""
+    fd = sys.stdout.fileno()
+    try:
+        os.write(fd, b"")
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.fstatvfs(fd).f_bavail == 0
+    except OSError:
+        return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     args.command_line = " ".join(["python -m sbd_bench", *map(shlex.quote, argv)])  # as recorded in provenance
+    args.argv = argv
     try:
         status = args.func(args)
         sys.stdout.flush()  # a reader that went away shows up here, not in the interpreter's exit
@@ -278,3 +352,14 @@ def main(argv: list[str] | None = None) -> int:
         # `list | head`: stop quietly; stdout goes to /dev/null so the interpreter's final flush is silent
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        if _stdout_is_full():  # `list > /dev/full`, or stdout to a file on the full disk
+            where = "stdout"
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the final flush stays silent
+        else:
+            where = exc.filename or "a file"
+        print(f"error: cannot write {where}: {exc.strerror}: free some space, or send the output to another "
+              f"disk", file=sys.stderr)
+        return EXIT_USAGE

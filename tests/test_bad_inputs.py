@@ -157,3 +157,244 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     proc.stdout.close()  # before it writes a byte: every write it makes now fails with EPIPE
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141 and err == "", err
+
+
+# ------------------------------------------------------------------------------------------------------
+# Issue 20 (inputs): a user's files are never replaced; bad values refused up front; messages that name
+# what the user typed and a fix that works; a closed pipe costs no work; a broken model is named.
+# Each refusal runs with a model that cannot load where it can: the check must come before the model.
+
+@pytest.fixture(scope="module")
+def mine(tmp_path_factory, w) -> dict:
+    """The folders and files of the cases below: a user's files beside run folders, and broken models."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("inputs")
+    paths = {"root": root}
+    paths["their_summary"] = root / "their_summary"  # someone's summary.json, no records
+    paths["their_summary"].mkdir()
+    (paths["their_summary"] / "summary.json").write_text('{"accuracy": 0.9}\n')
+    paths["their_report"] = root / "their_report"  # the user's own report and table
+    paths["their_report"].mkdir()
+    (paths["their_report"] / "report.md").write_text("# my notes\n")
+    (paths["their_report"] / "table.csv").write_text("a,b\n1,2\n")
+    paths["run"] = crafted_run(root / "run", standard_records(n=2))  # a finished run
+    paths["runs"] = root  # a folder holding folders, and no file by compare's suggested name
+    paths["tasks"] = root / "tasks"
+    paths["tasks"].mkdir()
+    (paths["tasks"] / "a.jsonl").write_text('{"id": "a", "prompt": "1+1="}\n')
+    shipped = ROOT / "models" / "sbd-tiny"
+    paths["no_tokenizer"] = root / "no_tokenizer"
+    paths["no_tokenizer"].mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(shipped / name, paths["no_tokenizer"] / name)
+    paths["mismatched"] = root / "mismatched"  # the config of a model twice as wide
+    shutil.copytree(shipped, paths["mismatched"])
+    config = json.loads((shipped / "config.json").read_text())
+    (paths["mismatched"] / "config.json").write_text(json.dumps({**config, "hidden_size": 2 * config["hidden_size"]}))
+    paths["nan_model"] = nan_model(root / "nan_model", shipped)
+    return paths
+
+
+def nan_model(path: Path, shipped: Path) -> Path:
+    """sbd-tiny with every weight NaN: what a training run whose loss became NaN saves."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(shipped, path)
+    weights = {name: torch.full_like(t, float("nan")) for name, t in load_file(shipped / "model.safetensors").items()}
+    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+    return path
+
+
+# (argv with {name} a path of `mine` or `w`, what the one line must say)
+REFUSED = {
+    "run --out: someone's summary.json": ("run --model {broken_model} --out {their_summary}",
+                                          "--out {their_summary} holds summary.json, which sbd_bench did not write"),
+    "run --out: the user's report": ("run --model {broken_model} --out {their_report}",
+                                     "holds report.md, table.csv, which sbd_bench did not write"),
+    "report --out: the user's report": ("report {run} --out {their_report}", "holds report.md, table.csv"),
+    "compare --out a run's records": ("compare {run} {run} --out {run}/samples.jsonl",
+                                      "--out {run}/samples.jsonl is a file `compare` did not write"),
+    "throughput --out a run's summary": ("throughput --model {broken_model} --out {run}/summary.json",
+                                         "--out {run}/summary.json is a file `throughput` did not write"),
+    "--seed past torch's range": ("run --model {broken_model} --solver random_order --seed 99999999999999999999999",
+                                  "--seed must be between 0 and 2**64 - 1"),
+    "a spec key given twice": ("run --model {broken_model} --solver entropy_bounded:gamma=0.1;gamma=0.5",
+                               "entropy_bounded: parameter 'gamma' is given twice"),
+    "an integer parameter past int64": ("run --model {broken_model} --solver fixed_k:k=99999999999999999999",
+                                        "fixed_k: k=99999999999999999999 is out of range"),
+    "--resume with other flags": ("run --resume {run} --solver ntp --task reverse --limit 1",
+                                  "drop --limit, --solver, --task"),
+    "compare --accuracy-tol 5": ("compare {run} {run} --accuracy-tol 5", "write --accuracy-tol 0.05"),
+    "--chat-template, synthetic task": ("run --model {broken_model} --task arith --chat-template",
+                                        "--chat-template applies to the benchmark tasks"),
+    "--chat-template, JSONL task": ("run --model {broken_model} --task {tasks}/a.jsonl --chat-template",
+                                    "not to {tasks}/a.jsonl (a JSONL file): drop --chat-template"),
+    "--thinking on, synthetic task": ("run --model {broken_model} --task arith --thinking on",
+                                      "--thinking on applies to the benchmark tasks (humaneval"),
+    "--thinking on, JSONL task": ("run --model {broken_model} --task {tasks}/a.jsonl --thinking on",
+                                  "not to {tasks}/a.jsonl (a JSONL file): drop --thinking on"),
+    "--model a file": ("run --model {broken_model}/config.json", "is a file, not a model folder: give the folder "
+                                                                  "that holds it, {broken_model}"),
+    "--task a folder": ("run --model {broken_model} --task {tasks}", "is a folder: give one of the 1 in it, "
+                                                                     "e.g. {tasks}/a.jsonl"),
+    "--resume a file": ("run --resume {run}/summary.json", "is a file: give the run folder that holds it: "
+                                                           "--resume {run}"),
+    "compare --out a folder": ("compare {run} {run} --out {runs}", "give a file name, e.g. --out {runs}/compare.md"),
+    "a model folder without tokenizer": ("run --model {no_tokenizer} --task arith --limit 1 --solver ntp", "has no tokenizer (none of tokenizer.json"),
+    "config and weights that differ": ("run --model {mismatched} --task arith --limit 1 --solver ntp", "tensors differ in shape (e.g. "),
+    "a model that computes NaN": ("run --model {nan_model} --task arith --limit 1 --solver entropy_bounded",
+                                  "computes NaN or infinite logits"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_refused_in_one_line(case, mine, w, tmp_path):
+    argv, expected = REFUSED[case]
+    names = {k: str(v) for k, v in {**w, **mine}.items()}
+    folders = [p for p in mine.values() if p.is_dir() and p != mine["root"]]
+    before = {p: snapshot(p) for p in folders}
+    proc = sbd(*argv.format(**names).split(), cwd=tmp_path)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1 and err[0].startswith("error: "), proc.stderr[-3000:]
+    assert expected.format(**names) in err[0], err[0]
+    assert {p: snapshot(p) for p in folders} == before and not list(tmp_path.iterdir())
+
+
+def test_the_suggested_fixes_work(mine, tmp_path):
+    """What the messages above suggest does what they say: the run folder for --resume (a finished run:
+    nothing to do, no model loaded, nothing rewritten), a free file name for compare --out."""
+    run = mine["run"]
+    before = snapshot(run)
+    proc = sbd("run", "--resume", run, cwd=tmp_path)
+    assert proc.returncode == 0 and f"{run} is complete" in proc.stderr and "nothing to resume" in proc.stderr
+    assert snapshot(run) == before  # no report rewritten, no `resumed` entry
+    proc = sbd("compare", run, run, "--out", mine["runs"] / "compare.md", cwd=tmp_path)
+    assert proc.returncode == 0 and (mine["runs"] / "compare.md").read_text().startswith("| config | task |")
+    again = sbd("compare", run, run, "--out", mine["runs"] / "compare.md", cwd=tmp_path)
+    assert again.returncode == 0  # its own earlier output is replaced, as before
+
+
+def test_a_full_stdout_is_one_line(tmp_path):
+    """`list > /dev/full`: ENOSPC on stdout is one line and exit 2, not a traceback."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "sbd_bench", "list"], cwd=tmp_path, env=env, stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip() == ("error: cannot write stdout: No space left on device: "
+                                                            "free some space, or send the output to another disk")
+
+
+def test_a_broken_model_is_named_not_the_solver(mine, one_thread):
+    """The core, when a solver seems to reveal nothing, looks at the logits first: NaN ones name the
+    model (BrokenModelError), at batch 1 and batched, instead of blaming the solver's contract."""
+    from sbd_bench.core.batching import BatchDecoder
+    from sbd_bench.core.decoding import BrokenModelError, Decoder
+    from sbd_bench.core.model import load_model
+    from sbd_bench.registry import parse_solver_spec, solver_registry
+
+    lm = load_model(mine["nan_model"], device="cpu")
+    solver = parse_solver_spec("entropy_bounded", solver_registry())[-1]
+    decoder = Decoder(lm, block_size=4, max_new_tokens=8)
+    for generate in (lambda: decoder.generate([5, 6, 7], solver),
+                     lambda: BatchDecoder(decoder).generate([[5, 6, 7], [5, 6]], solver)):
+        with pytest.raises(BrokenModelError, match="computes NaN or infinite logits"):
+            generate()
+
+
+@pytest.fixture(scope="module")
+def decoded(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One real run: a task file that starts with a UTF-8 BOM and holds characters sbd-tiny's tokenizer
+    cannot encode, decoded by two configurations with long names that differ only in verify=on."""
+    root = tmp_path_factory.mktemp("decoded")
+    task = root / "bom_unicode.jsonl"
+    task.write_bytes("\ufeff".encode() + b'{"id": "a", "prompt": "1+2=", "answer": "3"}\n'
+                     + '{"id": "b", "prompt": "caf\u00e9 \u2192 2+3=", "answer": "5"}\n'.encode())
+    proc = sbd("run", "--task", task, "--solver", "entropy_bounded:gamma=0.35;proxy=entropy;verify=on,off",
+               "--block-size", "4", "--max-new-tokens", "8", "--threads", "1", "--warmup", "0", "--no-cost-curve",
+               "--no-report", "--out", root / "run", cwd=root)
+    return root / "run", proc
+
+
+def test_bom_unknown_characters_and_long_names(decoded):
+    run, proc = decoded
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert {r["id"] for r in records} == {"a", "b"}  # the BOM was read as no content
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and "2 prompt token(s) in 1 of 2 prompts are <unk>" in warnings[0], proc.stderr
+    assert "'é' x1, '→' x1" in warnings[0]
+    unknown = json.loads((run / "summary.json").read_text())["provenance"]["unknown_characters"]
+    assert unknown == {"unk_token": "<unk>", "tokens": 2, "prompts": 1, "of_prompts": 2,
+                       "characters": {"é": 1, "→": 1}}
+    table = [line.split()[1] for line in proc.stderr.splitlines() if line.startswith("bom_unicode ")]
+    assert sorted(table) == ["entropy_bounded:gamma=0.35,proxy=entropy",
+                             "entropy_bounded:gamma=0.35,proxy=entropy,verify=on", "ntp"], proc.stderr
+
+
+def test_the_table_wraps_long_names_in_a_narrow_terminal(capsys):
+    """Where the line must fit a terminal, a long configuration name wraps at its commas, in its column:
+    still whole, the verify=on that tells two rows apart included."""
+    from sbd_bench.cli import _print_table
+
+    names = ["entropy_bounded:gamma=0.35,proxy=entropy,verify=on", "entropy_bounded:gamma=0.35,proxy=entropy"]
+    rows = [{"task": "arith", "config": name, "n": 1, "accuracy": 1.0, "nfe": 8.0, "tokens_per_forward": 4.0,
+             "acceptance_rate": None, "speed_factor_nfe": 4.0, "speed_factor_wall": 2.0} for name in names]
+    _print_table(rows, width=100)
+    lines = capsys.readouterr().err.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    config = lines[0].index("config")
+    assert [line[config:].split()[0] for line in lines[1:]] == ["entropy_bounded:gamma=0.35,", "proxy=entropy,verify=on",
+                                                                  "entropy_bounded:gamma=0.35,", "proxy=entropy"]
+
+
+def test_a_closed_pipe_stops_at_a_sample_and_keeps_everything(tmp_path):
+    """`run ... 2>&1 | head -2`: the reader goes away after two lines. The run stops after the sample in
+    hand (exit 141) with every record kept, its summary and report saying how to resume; that command
+    then finishes it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "sbd_bench", "run", "--task", "arith", "--limit", "8", "--solver",
+                             "ntp,fixed_k", "--block-size", "4", "--threads", "1", "--warmup", "0", "--no-cost-curve",
+                             "--out", str(out)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    head = [proc.stdout.readline() for _ in range(2)]
+    proc.stdout.close()
+    assert proc.wait(timeout=300) == 141, head
+    summary = json.loads((out / "summary.json").read_text())
+    records = (out / "samples.jsonl").read_text().splitlines()
+    assert not summary["complete"] and summary["samples"] == {"planned": 16, "recorded": len(records)}
+    assert 1 <= len(records) < 16
+    assert summary["resume_command"] == f"python -m sbd_bench run --resume {out}"
+    assert "finish it with `python -m sbd_bench run --resume" in (out / "report.md").read_text()
+    done = subprocess.run(summary["resume_command"].replace("python", sys.executable, 1).split(), cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    finished = json.loads((out / "summary.json").read_text())
+    assert finished["complete"] and finished["samples"]["recorded"] == 16 and finished["resume_command"] is None
+
+
+def test_ntp_vs_generate_suppresses_the_mask_token(tmp_path):
+    """scripts/ntp_vs_generate.py on a model whose argmax is the mask token at the first step: generate
+    must not emit it (the core never does), or the script's equality check fails for no fault."""
+    import torch
+    from tiny_models import build_tiny_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = build_tiny_model(tmp_path / "model", "llama", seed=0, max_positions=128)
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    prompt = "1+2="
+    with torch.no_grad():
+        first = int(model(torch.tensor([tokenizer(prompt)["input_ids"]])).logits[0, -1].argmax())
+        model.lm_head.weight[tokenizer.mask_token_id] = 50 * model.lm_head.weight[first]  # beats it wherever it wins
+    model.save_pretrained(folder)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "ntp_vs_generate.py"), "--model", str(folder),
+                           "--tokens", "24", "--repeats", "1", "--prompt", prompt], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.splitlines()[-1])["tokens"] == 24

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,11 +33,12 @@ from ..analysis import metrics
 from ..analysis.records import (SAMPLES, SUMMARY, RecordWriter, RunFolderError, RunFolderLock,
                                 prepare_output_folder, read_records, read_summary, remove_empty_folders, repair_tail,
                                 write_json_atomic)
-from ..analysis.report import write_report
+from ..analysis.report import check_report_folder, write_report
+from ..core.decoding import check_model_output
 from ..core.fastpath import FastPath
 from ..core.model import MODELS_DIR, LoadedModel, cpu_model, device_name, folder_hash, load_model
 from ..registry import parse_solver_spec, solver_registry
-from ..tasks import load_task
+from ..tasks import load_task, task_options, task_registry
 from ..tasks.code_tasks import CodeTask
 from ..tasks.sandbox import isolation
 from ..types import SCHEMA_VERSION, Example, Solver, Task, UsageError
@@ -136,6 +139,26 @@ def plan_work(cfg: RunConfig, tasks: list[Task], lm: LoadedModel) -> list[tuple[
     return work
 
 
+def unknown_characters(work, tokenizer) -> dict | None:
+    """The prompt characters the tokenizer cannot encode, which it turns into its unknown token
+    (``unk_token``) without a word: how many tokens, in how many prompts, and each character's count.
+    None when there are none (byte-level tokenizers never have any)."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    hit = [(example, ids) for _, example, ids in work if unk is not None and unk in ids]
+    if not hit:
+        return None
+    probe: dict[str, bool] = {}
+    characters: Counter[str] = Counter()
+    for example, _ in hit:
+        for char in example.prompt:
+            if char not in probe:
+                probe[char] = unk in tokenizer.encode(char, add_special_tokens=False)
+            if probe[char]:
+                characters[char] += 1
+    return {"unk_token": tokenizer.unk_token, "tokens": sum(ids.count(unk) for _, ids in hit), "prompts": len(hit),
+            "of_prompts": len(work), "characters": dict(characters.most_common())}
+
+
 def plan_samples(work, solvers: list[Solver], repeats: int):
     """Every sample of the run in measuring order: examples outer, repeats, configurations inner."""
     return [(task, example, ids, repeat, solver)
@@ -175,6 +198,7 @@ def _open_run_folder(out: Path, resume: bool) -> tuple[dict | None, list[dict]]:
     refusal (damaged records, a folder that belongs to another run) leaves the folder as it was."""
     if resume:
         return read_summary(out), read_records(out / SAMPLES)
+    check_report_folder(out, also=(SUMMARY,))  # a summary or report of the user's is never replaced
     records = read_records(out / SAMPLES)
     if records and (out / SUMMARY).exists():
         raise UsageError(f"{out} already holds records: finish it with `python -m sbd_bench run --resume {out}` "
@@ -192,6 +216,25 @@ def _check_kept_records(records: list[dict], planned, out: Path) -> None:
             raise UsageError(f"{out / SAMPLES}:{number} ({record['config']} on {record['task']}/{record['id']}) is not a "
                              f"sample of this command's run: continue the folder with the command that started it, "
                              f"or choose another --out")
+
+
+def load_tasks(cfg: RunConfig) -> list[Task]:
+    """The run's tasks, with --chat-template / --thinking passed to each; a task that takes no chat
+    template (a synthetic task, a JSONL file) is refused naming the flag, not the task option."""
+    flags = {"chat_template": ("--chat-template", cfg.chat_template or None),
+             "thinking": (f"--thinking {'on' if cfg.thinking else 'off'}", cfg.thinking)}
+    options = {key: value for key, (_, value) in flags.items() if value is not None}
+    for key in options:
+        refused = [name for name in cfg.tasks if key not in task_options(name)]
+        if refused:
+            takers = [name for name in task_registry() if key in task_options(name)]
+            kinds = [f"{name} ({'synthetic' if name.partition(':')[0] in task_registry() else 'a JSONL file'})"
+                     for name in refused]
+            raise UsageError(f"{flags[key][0]} applies to the benchmark tasks ({', '.join(takers)}), not to "
+                             f"{', '.join(kinds)}: drop {flags[key][0]}"
+                             + (f", or run {', '.join(refused)} in another run without it"
+                                if len(refused) < len(cfg.tasks) else ""))
+    return [load_task(name, **options) for name in cfg.tasks]
 
 
 # ----------------------------------------------------------------------------------------- threads
@@ -241,8 +284,7 @@ def run(cfg: RunConfig, progress: Progress | None = None, resume: bool = False) 
     where it can be, and a refusal never changes the folder."""
     progress = progress or Progress()
     solvers = parse_solver_spec(cfg.solvers, solver_registry(cfg.plugins))
-    options = {"chat_template": cfg.chat_template or None, "thinking": cfg.thinking}
-    tasks = [load_task(name, **{k: v for k, v in options.items() if v is not None}) for name in cfg.tasks]
+    tasks = load_tasks(cfg)
     out = Path(cfg.out)
     if resume and not out.is_dir():
         raise RunFolderError(f"run folder {out} does not exist: give the --out folder of an interrupted run")
@@ -267,8 +309,12 @@ def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list
     if cfg.shard is not None:  # torchrun: this rank's share, examples rank, rank + world, ... (distributed.py
         rank, world = cfg.shard  # has checked that every rank gets one)
         work = work[rank::world]
+    check_model_output(lm, work[0][2])  # a model that computes NaN is refused before anything is decoded
     planned = plan_samples(work, solvers, cfg.repeats)
     prov = provenance(cfg, lm, threads_chosen)
+    unknown = unknown_characters(work, lm.tokenizer)
+    if unknown:  # recorded, and said once per run (below): the model reads those prompts with holes in them
+        prov["unknown_characters"] = unknown
     if any(isinstance(task, CodeTask) for task in tasks):  # how the generated code was isolated when judged
         prov["sandbox"] = isolation().describe()
     resumption = {**{k: prov[k] for k in ("command", "git_commit", "started", "threads", "threads_chosen")},
@@ -278,13 +324,13 @@ def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list
             _check_kept_records(kept, planned, out)
             prov["resumed"] = [{**resumption, "without_summary": True}]
         summary = {"schema_version": SCHEMA_VERSION, "complete": False, "provenance": prov, "rows": [],
-                   "failures": [], "cost_curve": None}
+                   "failures": [], "cost_curve": None, "resume_command": resume_command(out)}
     else:
         _check_same_model(summary, prov, out)
         earlier = summary.pop("resumed", [])  # folders written before resumptions moved into provenance
         summary["provenance"] = summary.get("provenance") or {}
         summary["provenance"]["resumed"] = [*summary["provenance"].get("resumed", earlier), resumption]
-        summary["complete"] = False
+        summary["complete"], summary["resume_command"] = False, resume_command(out)
     # every check is behind us: from here on the folder changes
     if kept:
         repair_tail(out / SAMPLES)
@@ -294,16 +340,31 @@ def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list
 
     done = {metrics.sample_key(r) for r in kept}
     todo = [s for s in planned if _key(s[0], s[1], s[3], s[4]) not in done]
-    progress.message(f"{shipped_relative(lm.path)} on {lm.device}, {threads} thread(s) ({threads_chosen}); "
-                     f"{len(todo)} of {len(planned)} samples to decode into {out}")
-    if todo:
-        warm_up(lm, work, solvers, cfg)
-    if cfg.cost_curve and not summary.get("cost_curve"):
-        _measure_cost_curve(lm, work, cfg, summary)
-    _sweep(lm, todo, cfg, out, summary, len(planned), len(planned) - len(todo), progress)
+    try:
+        if unknown:
+            progress.message(_unknown_warning(unknown, shipped_relative(lm.path)))
+        progress.message(f"{shipped_relative(lm.path)} on {lm.device}, {threads} thread(s) ({threads_chosen}); "
+                         f"{len(todo)} of {len(planned)} samples to decode into {out}")
+        if todo:
+            warm_up(lm, work, solvers, cfg)
+        if cfg.cost_curve and not summary.get("cost_curve"):
+            _measure_cost_curve(lm, work, cfg, summary)
+        _sweep(lm, todo, cfg, out, summary, len(planned), len(planned) - len(todo), progress)
+    except BrokenPipeError:  # the reader of the progress went away (`run ... 2>&1 | head`): stopped after the
+        if cfg.report and read_records(out / SAMPLES):  # sample in hand; the report is written as for a
+            write_report(out)  # finished run, and it and the summary say how to resume
+        raise
     if cfg.report:
         write_report(out)
     return out
+
+
+def _unknown_warning(unknown: dict, model: str) -> str:
+    shown = ", ".join(f"{char!r} x{count}" for char, count in list(unknown["characters"].items())[:8])
+    return (f"warning: {unknown['tokens']} prompt token(s) in {unknown['prompts']} of {unknown['of_prompts']} prompts "
+            f"are {unknown['unk_token']}: the tokenizer of {model} cannot encode {shown or 'some of their characters'}; "
+            f"the model reads {unknown['unk_token']} in their place (use a model whose tokenizer covers them, or "
+            f"prompts without them)")
 
 
 def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progress: Progress) -> None:
@@ -335,7 +396,13 @@ def write_summary(out: Path, summary: dict, total: int) -> None:
                             "error": r["error"]} for r in records if r.get("error")]
     summary["complete"] = len({metrics.sample_key(r) for r in records}) >= total
     summary["samples"] = {"planned": total, "recorded": len(records)}
+    summary["resume_command"] = None if summary["complete"] else resume_command(out)
     write_json_atomic(out / SUMMARY, summary)
+
+
+def resume_command(out: Path) -> str:
+    """The command that finishes the run in ``out``, as the user types it."""
+    return f"python -m sbd_bench run --resume {shlex.quote(str(out))}"
 
 
 def _check_same_model(summary: dict, prov: dict, out: Path) -> None:
@@ -347,11 +414,26 @@ def _check_same_model(summary: dict, prov: dict, out: Path) -> None:
 
 def resume(run_dir: Path, progress: Progress | None = None, command: str = "") -> Path:
     """Finish an interrupted run with the configuration it was started with."""
-    summary = read_summary(Path(run_dir))
+    run_dir = Path(run_dir)
+    if run_dir.is_file():
+        holder = run_dir.parent
+        raise RunFolderError(f"--resume {run_dir} is a file: give the run folder "
+                             + (f"that holds it: --resume {holder}" if (holder / SUMMARY).is_file() else
+                                "(the --out folder of an interrupted run)"))
+    if not run_dir.is_dir():
+        raise RunFolderError(f"run folder {run_dir} does not exist: give the --out folder of an interrupted run")
+    summary = read_summary(run_dir)
     config = (summary.get("provenance") or {}).get("config")
     if not isinstance(config, dict):
         raise RunFolderError(f"{Path(run_dir) / SUMMARY} records no settings (provenance.config): continue the run "
                              f"with the command that started it and `--out {run_dir}`")
+    if summary.get("complete"):  # nothing to decode: the folder stays as it is, and no model loads
+        report = run_dir / "report.md"
+        (progress or Progress()).message(
+            f"{run_dir} is complete ({(summary.get('samples') or {}).get('recorded', 'all')} samples recorded): nothing "
+            f"to resume; " + (f"its report is {report}" if report.is_file() else
+                              f"write its report with `python -m sbd_bench report {run_dir}`"))
+        return run_dir
     cfg = RunConfig.from_json(config)
     cfg.out = Path(run_dir)
     cfg.command = command or cfg.command

@@ -162,6 +162,16 @@ def test_readme_is_a_front_page():
     assert len(mapped) == len(set(mapped))
 
 
+def test_ci_runs_the_readme_commands():
+    """CI (.ci/run) installs as the README's first block says and runs its test command."""
+    block = FENCE.search((ROOT / "README.md").read_text()).group(0)
+    lines = [line.split("  #")[0].strip() for line in block.splitlines()[1:-1] if not line.startswith("#")]
+    install, tests = lines[0].split(" && ")[0], lines[1]
+    assert install == 'pip install -c constraints.txt -e ".[test]"' and tests == "python -m pytest", lines
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert f"python -m pip install -q {install.removeprefix('pip install ')}" in ci and tests in ci
+
+
 def test_documented_commands_write_under_runs():
     """The docs' commands never write into the committed results/ (`throughput` overwrote a JSON there)."""
     commands = [args for doc in doc_files() for code in code_texts(doc.read_text()) for args in sbd_commands(code)]

@@ -354,6 +354,19 @@ def test_nothing_of_ours_is_there_to_read():
                                        "stdlib: read-only", "home: True ['main.py']"], out.stdout
 
 
+def test_a_virtual_environment_in_the_project_leaves_no_path_in_the_view(tmp_path):
+    """The README's venv in the project (or home) folder: the view holds the real interpreter, not the
+    venv's link to it, whose folders would show where the project lives (the test above failed so)."""
+    needs(sys.platform.startswith("linux"), "views are Linux only")
+    project = tmp_path / "project"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(project / ".venv")], check=True)
+    planned = sandbox._view_plan(str(project / ".venv" / "bin" / "python"))
+    assert planned is not None
+    executable, ops = planned
+    assert executable == os.path.realpath(sys.executable)
+    assert not [op for op in ops if str(project) in " ".join(map(str, op))]
+
+
 def test_fallback_is_said_and_still_contains(host_fs):
     assert not host_fs.private_view and "file system=the host's (fallback" in host_fs.describe()
     secret = "hunter2-" + os.urandom(6).hex()

@@ -294,7 +294,9 @@ def _view_plan(python: str) -> tuple[str, tuple] | None:
     for archive in [p for p in info["path"] if os.path.isfile(p)]:  # python3XX.zip
         plan.add(archive, "file")
     executable = info["executable"]
-    wanted = [executable, python, _elf_interpreter(executable), "/etc/ld.so.cache"]
+    # the real interpreter only: a virtual environment's `python` is a link into the project tree or the
+    # home (.venv), whose path the view would show; the base interpreter runs the same stdlib (-I -S)
+    wanted = [executable, _elf_interpreter(executable), "/etc/ld.so.cache"]
     libraries = [p for p in info["maps"] if not plan.covered(p)]
     for path in [p for p in wanted if p and os.path.exists(p)] + libraries:
         plan.add(path, "file")

@@ -4,14 +4,14 @@
     >>> gen = decoder.generate(prompt_ids, EntropyBounded(gamma=0.35))
     >>> gen.output_text, gen.nfe, gen.revealed_per_forward
 
-Layout choice (ours, documented in the README): prefill caches the prompt minus its last token, and
+Layout choice (ours, documented in docs/decoding.md): prefill caches the prompt minus its last token, and
 that last token is carried causally in the first forward, exactly as a finished block is. So every
 forward after prefill yields generated tokens, NTP spends exactly one forward per token, and the
 first block after the prompt costs 1 + k query tokens like any other first forward.
 
 Verify mode (``--solver "name:...;verify=on"``, ``types.Verified``): any block solver drafts, and the
 core commits only what NTP's argmax, read from the same first forward, confirms; the output is NTP's
-(``_decode_verified``, ``verify_drafts``; README, 'Verified decoding').
+(``_decode_verified``, ``verify_drafts``; docs/decoding.md, 'Verified decoding').
 
 Every model call goes through ``Decoder.forward``: it is the one place NFE is counted.
 """
@@ -247,7 +247,7 @@ class Decoder:
             pending, start = block, start + size
 
     def _decode_verified(self, prompt: torch.Tensor, solver: Solver, cache: KVCache):
-        """Verified block decoding (README, 'Verified decoding'). Each block's first forward carries the
+        """Verified block decoding (docs/decoding.md, 'Verified decoding'). Each block's first forward carries the
         last committed token and the previous block's drafts causally: a draft is committed only where
         it equals NTP's argmax after the tokens before it (``verify_drafts``); the first that differs is
         replaced by NTP's token, the rest are dropped and their keys/values rolled back. NTP's token

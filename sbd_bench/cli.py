@@ -107,7 +107,7 @@ def cmd_run(args) -> int:
         ignored = sorted(typed_options(args.argv, args) - {"command", "resume"})
         if ignored:  # they would be ignored: the run's own settings are what it is finished with
             raise UsageError(f"--resume finishes a run with the settings it was started with: drop "
-                             f"{', '.join('--' + name.replace('_', '-') for name in ignored)} (other settings are "
+                             f"{', '.join(_as_typed(name, args.argv) for name in ignored)} (other settings are "
                              f"another run: give it a new --out folder)")
         out = Path(args.resume)
     else:
@@ -269,6 +269,17 @@ def typed_options(argv: list[str], args: argparse.Namespace) -> set[str]:
     marker = type("Unset", (list,), {})()
     again = build_parser(defaults={dest: marker for dest in vars(args)}).parse_args(argv)
     return {dest for dest, value in vars(again).items() if value is not marker}
+
+
+def _as_typed(dest: str, argv: list[str]) -> str:
+    """The option of ``dest`` as the user typed it (``--no-fast``, ``--sol``), else its full name."""
+    option = "--" + dest.replace("_", "-")
+    for token in argv:
+        name = token.split("=", 1)[0]
+        if len(name) > 2 and name.startswith("--") and (option.startswith(name)
+                                                        or option.startswith(name.replace("--no-", "--", 1))):
+            return name
+    return option
 
 
 def build_parser(defaults: dict | None = None) -> argparse.ArgumentParser:

@@ -226,8 +226,8 @@ REFUSED = {
                                "entropy_bounded: parameter 'gamma' is given twice"),
     "an integer parameter past int64": ("run --model {broken_model} --solver fixed_k:k=99999999999999999999",
                                         "fixed_k: k=99999999999999999999 is out of range"),
-    "--resume with other flags": ("run --resume {run} --solver ntp --task reverse --limit 1",
-                                  "drop --limit, --solver, --task"),
+    "--resume with other flags": ("run --resume {run} --sol ntp --task reverse --limit 1 --no-fast",
+                                  "drop --no-fast, --limit, --sol, --task"),
     "compare --accuracy-tol 5": ("compare {run} {run} --accuracy-tol 5", "write --accuracy-tol 0.05"),
     "--chat-template, synthetic task": ("run --model {broken_model} --task arith --chat-template",
                                         "--chat-template applies to the benchmark tasks"),
@@ -237,6 +237,8 @@ REFUSED = {
                                       "--thinking on applies to the benchmark tasks (humaneval"),
     "--thinking on, JSONL task": ("run --model {broken_model} --task {tasks}/a.jsonl --thinking on",
                                   "not to {tasks}/a.jsonl (a JSONL file): drop --thinking on"),
+    "--model README.md": ("run --model {readme}", "model '{readme}' is a file, not a model folder: give a local "
+                                                  "Hugging Face folder (config.json + weights + tokenizer) or a shipped"),
     "--model a file": ("run --model {broken_model}/config.json", "is a file, not a model folder: give the folder "
                                                                   "that holds it, {broken_model}"),
     "--task a folder": ("run --model {broken_model} --task {tasks}", "is a folder: give one of the 1 in it, "
@@ -254,7 +256,7 @@ REFUSED = {
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_refused_in_one_line(case, mine, w, tmp_path):
     argv, expected = REFUSED[case]
-    names = {k: str(v) for k, v in {**w, **mine}.items()}
+    names = {k: str(v) for k, v in {**w, **mine, "readme": ROOT / "README.md"}.items()}
     folders = [p for p in mine.values() if p.is_dir() and p != mine["root"]]
     before = {p: snapshot(p) for p in folders}
     proc = sbd(*argv.format(**names).split(), cwd=tmp_path)

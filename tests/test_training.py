@@ -9,7 +9,9 @@ from sbd_bench.cli import main
 from sbd_bench.core.model import load_model
 from sbd_bench.training.tokenizer import char_tokenizer
 from sbd_bench.training.objective import IGNORE, make_batch, sbd_attention_allowed, sbd_inputs
-from sbd_bench.training.train import STATE_FILE, TrainConfig, train
+from sbd_bench.training.checkpoint import CHECKPOINT_DIR, latest, read_meta
+from sbd_bench.training.config import TrainConfig
+from sbd_bench.training.train import train
 
 TINY = ["--hidden-size", "32", "--layers", "2", "--heads", "4", "--intermediate-size", "64", "--max-positions", "96"]
 
@@ -137,7 +139,7 @@ def test_same_seed_same_weights_and_resume_is_exact(smoke_run, tmp_path):
     split = tmp_path / "split"
     with pytest.raises(KeyboardInterrupt):
         train(_cfg(split, save_every=10), log=interrupt)
-    assert torch.load(split / STATE_FILE, weights_only=False)["step"] == 20
+    assert read_meta(latest(split))["step"] == 20 and not (split / "model.safetensors").exists()  # exported at the end
     train(_cfg(split, resume=True), log=lambda line: None)
     resumed = load_file(split / "model.safetensors")
     assert all(torch.equal(first[name], resumed[name]) for name in first)
@@ -237,4 +239,4 @@ def test_output_folder_with_a_checkpoint_is_refused(smoke_run, capsys):
     _bad(["train", "--data", "reverse", "--out", str(smoke_run), *TINY], capsys, "already holds a checkpoint",
          "--resume", "--overwrite")
     assert (smoke_run / "model.safetensors").read_bytes() == before
-    assert (smoke_run / STATE_FILE).exists()
+    assert (smoke_run / CHECKPOINT_DIR / ".metadata").exists()

@@ -112,10 +112,10 @@ def stop_token_ids(tokenizer, config) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
-# What a model folder may hold besides the model: its card and its training history. They change
+# What a model folder may hold besides the model: its card and its training history (and state). They change
 # without changing a single output, so they are not part of the model's identity.
 NOT_THE_MODEL = ("*.md", "*.png", "training_args.json", "training_log.jsonl", "training_stages.jsonl",
-                 "training_state.pt")
+                 "training_state.pt", "tokenized_data.pt", "checkpoint/*", "checkpoint.old/*", "checkpoint.tmp/*")
 
 
 def folder_hash(path: Path) -> str:

@@ -69,10 +69,38 @@ class Batch:
     matp_labels: object = None
     mask: object = None
     tokens: int = 0  # real (unpadded) tokens in the clean half: the throughput unit
+    starts: tuple = ()  # each row's completion start (blocks line up with it)
+    lengths: tuple = ()  # each row's real length (prompt + completion)
+    padded_ends: tuple = ()  # each row's end with its last block padded to k
+
+    def label_count(self) -> int:
+        """Positions that carry a loss, both halves: the denominator of the one token-mean."""
+        count = int((self.ntp_labels != IGNORE).sum())
+        return count + (int((self.matp_labels != IGNORE).sum()) if self.matp_labels is not None else 0)
+
+    def rows(self, start: int, stop: int, mask_dtype=None) -> "Batch":
+        """Rows start..stop-1 (a rank's slice of a micro-batch), cut to their own longest padded row,
+        with their attention mask. The rows' labels, masked positions and k are the step's own, so
+        the step's examples do not depend on how many ranks share it."""
+        import torch
+
+        L = max(self.padded_ends[start:stop])
+        # cut positions hold padding only: every target of a kept position lies before its row's end
+        part = Batch(ids=self.ids[start:stop, :L], ntp_labels=self.ntp_labels[start:stop, :L], k=self.k,
+                     tokens=sum(self.lengths[start:stop]), starts=self.starts[start:stop],
+                     lengths=self.lengths[start:stop], padded_ends=self.padded_ends[start:stop])
+        if self.noisy is not None:
+            part.noisy = self.noisy[start:stop, :L]
+            part.matp_labels = self.matp_labels[start:stop, :L]
+            allowed = sbd_attention_allowed(L, torch.tensor(part.starts), self.k)
+            part.mask = additive_mask(allowed, mask_dtype or torch.float32)
+        return part
 
 
-def make_batch(pairs, indices, k: int, objective: str, generator, pad_id: int, mask_id: int, dtype=None):
-    """Build a batch from (prompt_ids, completion_ids) pairs; completions already end with EOS."""
+def make_batch(pairs, indices, k: int, objective: str, generator, pad_id: int, mask_id: int, dtype=None,
+               with_mask: bool = True):
+    """Build a batch from (prompt_ids, completion_ids) pairs; completions already end with EOS.
+    ``with_mask=False`` leaves the (B, 1, 2L, 2L) attention mask to ``Batch.rows`` (per slice)."""
     import torch
 
     dtype = dtype or torch.float32
@@ -96,7 +124,8 @@ def make_batch(pairs, indices, k: int, objective: str, generator, pad_id: int, m
     target_pos = pos + 1
     has_target = (target_pos >= start) & (target_pos < end)
     ntp_labels[:, :-1] = torch.where(has_target[:, :-1], ids[:, 1:], IGNORE)
-    batch = Batch(ids=ids, ntp_labels=ntp_labels, k=k, tokens=sum(ends))
+    batch = Batch(ids=ids, ntp_labels=ntp_labels, k=k, tokens=sum(ends),
+                  starts=tuple(starts), lengths=tuple(ends), padded_ends=tuple(padded_ends))
     if objective == "ntp":
         return batch
     eta = torch.rand(B, 1, generator=generator)  # one mask ratio per sequence
@@ -104,8 +133,8 @@ def make_batch(pairs, indices, k: int, objective: str, generator, pad_id: int, m
     masked = (torch.rand(B, L, generator=generator) < eta) & in_blocks
     batch.noisy = torch.where(masked, mask_id, ids)
     batch.matp_labels = torch.where(masked, ids, IGNORE)  # unshifted; pad targets after EOS
-    allowed = sbd_attention_allowed(L, torch.tensor(starts), k)
-    batch.mask = additive_mask(allowed, dtype)
+    if with_mask:
+        batch.mask = additive_mask(sbd_attention_allowed(L, torch.tensor(starts), k), dtype)
     return batch
 
 
@@ -119,8 +148,10 @@ def sbd_inputs(batch: Batch):
     return ids, positions
 
 
-def losses(model, batch: Batch, device):
-    """Returns (loss, ntp_sum, ntp_count, matp_sum, matp_count); loss is the one token-mean."""
+def losses(model, batch: Batch, device, denominator: float | None = None):
+    """Returns (loss, ntp_sum, ntp_count, matp_sum, matp_count); loss is the one token-mean, or the
+    batch's CE sum over ``denominator`` (a slice of a step: the step's label count, so that the
+    slices' losses add up to the step's token-mean)."""
     import torch
     import torch.nn.functional as F
 
@@ -138,5 +169,6 @@ def losses(model, batch: Batch, device):
     valid = labels != IGNORE
     ntp_sum, ntp_count = ce[:, :L].sum(), valid[:, :L].sum()
     matp_sum, matp_count = ce[:, L:].sum(), valid[:, L:].sum()
-    loss = (ntp_sum + matp_sum) / (ntp_count + matp_count).clamp_min(1)
+    count = (ntp_count + matp_count).clamp_min(1) if denominator is None else denominator
+    loss = (ntp_sum + matp_sum) / count
     return loss, ntp_sum.detach(), int(ntp_count), matp_sum.detach(), int(matp_count)

@@ -1,0 +1,183 @@
+"""The ``train`` subcommand: its options, and what it prints (log lines on stderr; the last stdout line
+is JSON). Bad input is refused in one line before any model loads; under torchrun rank 0 says it.
+
+    python -m sbd_bench train --out ft --base M --data d.jsonl           # train, export to ft
+    python -m sbd_bench train --plan --base M --world-size 8 --batch-size 4 --seq-len 2048
+    python -m sbd_bench train --export --out ft [--export-to DIR]        # a HF folder from the checkpoint
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from ..types import UsageError
+from .config import STRATEGIES, TrainConfig, TrainError, torchrun_world
+
+
+def add_cli(subparsers) -> None:
+    p = subparsers.add_parser(
+        "train", help="fine-tune a causal LM with the SBD objective (or its NTP twin); torchrun for several GPUs",
+        description="From scratch, the defaults are the shipped sbd-tiny's first stage: its architecture (Llama, "
+                    "hidden 192, 4 layers, 4 heads, FFN 512, 128 positions, character tokenizer), batch 32, lr 2e-3; "
+                    "sbd-tiny went on for 8000 steps, then 8000 more with --base (models/sbd-tiny/training_stages.jsonl). "
+                    "Under torchrun the model is sharded with FSDP2 (--strategy); the global batch is "
+                    "--batch-size x ranks x --grad-accum.",
+        epilog="exit status: 0 trained (and exported); 2 bad input, or a non-finite loss (training stopped, the last "
+               "checkpoint kept); 130 interrupted (the resume command is printed)")
+    d = TrainConfig(out="")
+    p.add_argument("--out", default=None, help="output folder: checkpoints while training, the HF model at the end "
+                                               "(refused if it holds a checkpoint, unless --resume or --overwrite)")
+    p.add_argument("--base", default=None, help="local HF model folder to fine-tune (default: a tiny Llama from scratch "
+                                                "with the character tokenizer)")
+    p.add_argument("--data", default=d.data, help="'suite', built-in task names (comma list), or a JSONL file with "
+                                                  "prompt and completion, or chat 'messages', per line")
+    p.add_argument("--objective", default=d.objective, choices=["sbd", "ntp"],
+                   help="sbd: the two-copy SBD objective; ntp: its next-token twin on the same batches")
+    p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps (the cosine schedule ends here)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help=f"sequences per forward on each rank (default {d.batch_size}); the global batch is this x "
+                        f"ranks x --grad-accum")
+    p.add_argument("--global-batch-size", type=int, default=None,
+                   help="instead of --batch-size: sequences per optimizer step over all ranks (must divide by ranks x "
+                        "--grad-accum); keeps a run's batches the same on any number of GPUs")
+    p.add_argument("--grad-accum", type=int, default=d.grad_accum, help="micro-batches per optimizer step")
+    p.add_argument("--strategy", default=None, choices=STRATEGIES,
+                   help="single: one process; fsdp: FSDP2, each decoder layer then the root sharded (the default under "
+                        "torchrun with > 1 rank); ddp: a replica per rank")
+    p.add_argument("--activation-checkpointing", action="store_true",
+                   help="recompute each decoder layer in the backward pass instead of keeping its activations")
+    p.add_argument("--lora-rank", type=int, default=None, metavar="R",
+                   help="train LoRA adapters of rank R (and the mask token's embedding) instead of every weight; "
+                        "merged at export; needs peft (pip install 'sbd_bench[lora]')")
+    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (AdamW, cosine down to 10%%)")
+    p.add_argument("--warmup", type=int, default=d.warmup, help="steps of linear learning-rate warm-up")
+    p.add_argument("--min-block-size", type=int, default=d.min_block_size, help="smallest k drawn per step")
+    p.add_argument("--block-size", type=int, default=d.block_size, help="k ~ U{min-block-size..block-size} per step")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the model's initialisation and of every batch")
+    p.add_argument("--train-examples", type=int, default=d.train_examples, help="per built-in task")
+    p.add_argument("--save-every", type=int, default=d.save_every, help="steps between (sharded) checkpoints")
+    p.add_argument("--log-every", type=int, default=d.log_every, help="steps between log lines")
+    p.add_argument("--resume", action="store_true", help="continue the checkpoint in --out (any number of ranks)")
+    p.add_argument("--overwrite", action="store_true", help="replace the checkpoint in --out")
+    p.add_argument("--export", action="store_true",
+                   help="instead of training: write the HF model of the checkpoint in --out (to --export-to)")
+    p.add_argument("--export-to", default=None, metavar="DIR", help="with --export: the folder to write (default --out)")
+    p.add_argument("--device", default=d.device, help="cpu|cuda[:N]|auto (CUDA: bf16 compute, fp32 master weights)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--hidden-size", type=int, default=d.hidden_size, help="from scratch: model width")
+    p.add_argument("--layers", type=int, default=d.layers, help="from scratch: transformer layers")
+    p.add_argument("--heads", type=int, default=d.heads, help="from scratch: attention heads (divide --hidden-size)")
+    p.add_argument("--intermediate-size", type=int, default=d.intermediate_size, help="from scratch: FFN width")
+    p.add_argument("--max-positions", type=int, default=d.max_positions, help="from scratch: longest sequence")
+    p.add_argument("--measure-throughput", type=int, default=None, metavar="STEPS",
+                   help="instead of training: time STEPS steps of SBD and NTP on copies of the model and the same "
+                        "batches (under torchrun too), print tokens/s and the ratio per window; saves nothing")
+    from .plan import add_plan_options
+
+    add_plan_options(p)
+    p.set_defaults(func=cmd_train)
+
+
+def _config(args) -> TrainConfig:
+    if args.batch_size is not None and args.global_batch_size is not None:
+        raise TrainError("give --batch-size (per rank) or --global-batch-size (all ranks), not both")
+    launched = torchrun_world()
+    keys = set(TrainConfig.__dataclass_fields__) - {"command", "out", "world_size", "batch_size"}
+    values = {k: v for k, v in vars(args).items() if k in keys}
+    if args.batch_size is not None:
+        values["batch_size"] = args.batch_size
+    return TrainConfig(out=args.out or "", world_size=launched[2] if launched else 1, command=_command(args),
+                       **values)
+
+
+def _command(args) -> str:
+    """The command as typed, with torchrun's launcher in front under torchrun."""
+    launched = torchrun_world()
+    if launched and launched[2] > 1:
+        return args.command_line.replace("python -m sbd_bench", f"torchrun --nproc-per-node {launched[2]} -m sbd_bench", 1)
+    return args.command_line
+
+
+def say(line: str) -> None:
+    """A log line on stderr; a reader that went away costs no work (the rest of the log is dropped)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (BrokenPipeError, OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
+
+
+def cmd_train(args) -> int:
+    launched = torchrun_world()
+    try:
+        return _cmd_train(args)
+    except UsageError:
+        if launched and launched[0] != 0:
+            return 2  # rank 0 prints the one line
+        raise
+
+
+def _cmd_train(args) -> int:
+    from .plan import cmd_plan
+
+    if args.plan:
+        return cmd_plan(args)
+    if args.export:
+        if not args.out:
+            raise TrainError("--export needs --out: the folder of the train run whose checkpoint to export")
+        from .checkpoint import export_checkpoint
+
+        dest = export_checkpoint(Path(args.out), Path(args.export_to or args.out), log=say)
+        _stdout({"exported": str(dest)})
+        return 0
+    if args.export_to:
+        raise TrainError("--export-to goes with --export")
+    cfg = _config(args)
+    if args.measure_throughput is not None:
+        if args.measure_throughput < 1:
+            raise TrainError(f"--measure-throughput must be >= 1 (got {args.measure_throughput})")
+        from .train import measure_throughput
+
+        result = measure_throughput(cfg, args.measure_throughput, log=say)
+        if result is not None:
+            _stdout(result)
+        return 0
+    if not args.out:
+        raise TrainError("--out is required: the folder the trained model is saved to")
+    from .train import train
+
+    try:
+        out = train(cfg, log=say)
+    except KeyboardInterrupt:
+        return _interrupted(cfg)
+    _stdout({"out": str(out), "steps": cfg.steps, "objective": cfg.objective})
+    return 0
+
+
+def _stdout(result: dict) -> None:
+    launched = torchrun_world()
+    if launched is None or launched[0] == 0:
+        print(json.dumps(result), flush=True)
+
+
+def _interrupted(cfg: TrainConfig) -> int:
+    """Ctrl-C or SIGTERM: what is kept, and the exact command that continues (and the one that exports)."""
+    from .checkpoint import latest, read_meta
+
+    launched = torchrun_world()
+    if launched and launched[0] != 0:
+        return 130
+    out = Path(cfg.out)
+    checkpoint = latest(out)
+    if checkpoint is None:
+        say(f"\ninterrupted before the first checkpoint (every --save-every {cfg.save_every} steps): nothing to resume "
+            f"in {out}; start the run again")
+        return 130
+    words = [w for w in shlex.split(cfg.command) if w not in ("--overwrite", "--resume")]
+    resume = " ".join(map(shlex.quote, words)) + " --resume"
+    step = read_meta(checkpoint)["step"]
+    say(f"\ninterrupted: the step-{step} checkpoint is kept in {out}; continue with\n  {resume}\n"
+        f"or write its model now with\n  python -m sbd_bench train --export --out {shlex.quote(str(out))}")
+    return 130

@@ -1,0 +1,84 @@
+"""The model a training run starts from: a tiny Llama from scratch (the shipped models' architecture,
+character tokenizer), a local Hugging Face folder (``--base``), or a checkpoint's config (resume and
+export). A tokenizer without a mask (or pad) token gets one, and the embeddings grow to match.
+
+Optional LoRA (``--lora-rank R``, needs ``peft``: ``pip install 'sbd_bench[lora]'``): adapters of rank
+R on every linear layer (alpha = 2R, no dropout) plus the mask token's embedding row, which SBD must
+learn and which a base model has never trained; the rest is frozen. The export merges them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .config import TrainConfig, TrainError
+
+
+def check_peft(cfg: TrainConfig) -> None:
+    if not cfg.lora_rank:
+        return
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        raise TrainError("--lora-rank needs peft, an optional extra: pip install 'sbd_bench[lora]' (or pip install "
+                         "peft); without --lora-rank every weight trains") from None
+
+
+def build_model(cfg: TrainConfig, source: Path | None, from_checkpoint: bool = False):
+    """(model, tokenizer) in fp32 on the CPU. ``from_checkpoint``: ``source`` is a checkpoint folder
+    (config and tokenizer only; the weights come from its shards)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from ..core.model import MASK_TOKEN
+    from .tokenizer import char_tokenizer
+
+    torch.manual_seed(cfg.seed)
+    if from_checkpoint:
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+        config = AutoConfig.from_pretrained(source, local_files_only=True)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
+    elif source is None:
+        tokenizer = char_tokenizer()
+        config = LlamaConfig(
+            vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+            num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
+            max_position_embeddings=cfg.max_positions, tie_word_embeddings=True,
+            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        model = LlamaForCausalLM(config)
+    else:
+        if not (source / "config.json").exists():
+            raise TrainError(f"--base {source} has no config.json: give a local Hugging Face model folder")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=torch.float32,
+                                                         attn_implementation="sdpa")
+        except Exception as exc:
+            raise TrainError(f"cannot load the model in {source}: {str(exc).splitlines()[0][:200]}; "
+                             f"give a local Hugging Face folder with config, weights and tokenizer") from exc
+    added = {}
+    if tokenizer.mask_token is None:
+        added["mask_token"] = MASK_TOKEN
+    if tokenizer.pad_token is None:
+        added["pad_token"] = "<pad>"
+    if tokenizer.eos_token is None:
+        raise TrainError(f"the tokenizer in {source} has no EOS token: completions must end with one")
+    if added:
+        tokenizer.add_special_tokens(added)
+        model.resize_token_embeddings(len(tokenizer))
+    model.config.mask_token_id = tokenizer.mask_token_id
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.config.eos_token_id = tokenizer.eos_token_id
+    model.config.bos_token_id = tokenizer.bos_token_id
+    if cfg.lora_rank:
+        model = with_lora(model, cfg.lora_rank, tokenizer.mask_token_id)
+    return model, tokenizer
+
+
+def with_lora(model, rank: int, mask_token_id: int):
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules="all-linear",
+                        trainable_token_indices=[mask_token_id])
+    return get_peft_model(model, config)

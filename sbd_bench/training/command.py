@@ -59,6 +59,9 @@ def add_cli(subparsers) -> None:
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the model's initialisation and of every batch")
     p.add_argument("--train-examples", type=int, default=d.train_examples, help="per built-in task")
     p.add_argument("--save-every", type=int, default=d.save_every, help="steps between (sharded) checkpoints")
+    p.add_argument("--stop-at", type=int, default=None, metavar="STEP",
+                   help="leave after STEP with a checkpoint, the learning-rate schedule still that of --steps; "
+                        "--resume continues (a job shorter than the run)")
     p.add_argument("--log-every", type=int, default=d.log_every, help="steps between log lines")
     p.add_argument("--resume", action="store_true", help="continue the checkpoint in --out (any number of ranks)")
     p.add_argument("--overwrite", action="store_true", help="replace the checkpoint in --out")

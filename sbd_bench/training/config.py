@@ -43,6 +43,7 @@ class TrainConfig:
     seed: int = 0
     train_examples: int = 20000  # per built-in task
     save_every: int = 250
+    stop_at: int | None = None  # leave after this step (with a checkpoint), the schedule still that of `steps`
     log_every: int = 25
     resume: bool = False
     overwrite: bool = False
@@ -79,6 +80,8 @@ class TrainConfig:
             raise TrainError(f"--threads must be >= 1 (got {self.threads}); leave it out for torch's default")
         if self.lora_rank is not None and self.lora_rank < 1:
             raise TrainError(f"--lora-rank must be >= 1 (got {self.lora_rank}); leave it out to train every weight")
+        if self.stop_at is not None and not 1 <= self.stop_at <= self.steps:
+            raise TrainError(f"--stop-at must be a step in 1..--steps {self.steps} (got {self.stop_at})")
         if self.resume and self.overwrite:
             raise TrainError("--resume and --overwrite exclude each other: resume continues, overwrite starts over")
         self._resolve_strategy()

@@ -253,7 +253,8 @@ def _train(cfg: TrainConfig, par, out: Path, base: Path | None, resume_from: Pat
     saved = start
     log_file = open(out / LOG_FILE, "a", encoding="utf-8") if par.main else None
     try:
-        for step in range(start, cfg.steps):
+        last = min(cfg.steps, cfg.stop_at or cfg.steps)
+        for step in range(start, last):
             t0 = time.perf_counter()
             batch = draw_step(groups, cfg, step, pad_id, mask_id, with_mask=False)
             for group in optimizer.param_groups:
@@ -279,7 +280,7 @@ def _train(cfg: TrainConfig, par, out: Path, base: Path | None, resume_from: Pat
                     f"grad norm {record['grad_norm']:.3f}, {record['tokens_per_s']:.0f} tok/s, "
                     f"{record['elapsed_s']:.0f}s elapsed, ~{eta:.0f}s left")
                 window = dict.fromkeys(window, 0)
-            if done % cfg.save_every == 0 or done == cfg.steps:
+            if done % cfg.save_every == 0 or done == last:
                 meta = {"step": done, "world_size": par.world, "strategy": par.strategy, "batch_size": cfg.batch_size,
                         "grad_accum": cfg.grad_accum, "global_batch_size": cfg.global_batch_size, "config": asdict(cfg)}
                 ckpt.save(model, optimizer, tokenizer, meta, out, par)
@@ -288,6 +289,9 @@ def _train(cfg: TrainConfig, par, out: Path, base: Path | None, resume_from: Pat
     finally:
         if log_file:
             log_file.close()
+    if last < cfg.steps:
+        log(f"stopped after step {last} (--stop-at) with its checkpoint in {out}; continue with --resume")
+        return out
     ckpt.export(model, tokenizer, out, par)
     log(f"exported the trained model to {out} (python -m sbd_bench run --model {out})")
     return out

@@ -400,3 +400,138 @@ def test_ntp_vs_generate_suppresses_the_mask_token(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.splitlines()[-1])["tokens"] == 24
+
+
+# ------------------------------------------------------------------------------------------------
+# `train` (issues 18 and 20): bad values refused in one line before any model loads, a non-finite
+# loss stops the run keeping its last checkpoint, characters the tokenizer cannot encode are counted,
+# a closed pipe costs no work, Ctrl-C names the resume command, no transformers progress bar leaks.
+TRAIN_TINY = ["--data", "reverse", "--train-examples", "16", "--hidden-size", "32", "--layers", "2", "--heads", "4",
+              "--intermediate-size", "64", "--max-positions", "96", "--threads", "1"]
+TORCHRUN_ENV = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29699"}
+
+
+@pytest.fixture(scope="module")
+def train_inputs(tmp_path_factory) -> dict:
+    from sbd_bench.training.config import TrainConfig
+    from sbd_bench.training.train import train
+
+    root = tmp_path_factory.mktemp("train_bad")
+    (root / "no_assistant.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    no_peft = root / "no_peft" / "peft"
+    no_peft.mkdir(parents=True)
+    (no_peft / "__init__.py").write_text("raise ImportError('peft is not installed (hidden by the test)')\n")
+    checkpoint = root / "batch2"
+    train(TrainConfig(out=str(checkpoint), data="reverse", steps=2, batch_size=2, train_examples=16, hidden_size=32,
+                      layers=2, heads=4, intermediate_size=64, max_positions=96, threads=1), log=lambda line: None)
+    return {"root": root, "no_assistant": root / "no_assistant.jsonl", "no_peft": no_peft.parent,
+            "batch2": checkpoint}
+
+
+# (argv, what the one line must say, extra environment)
+TRAIN_CASES = {
+    "train --threads -1": ("--threads -1", "--threads must be >= 1", {}),
+    "train --lr inf": ("--lr inf", "--lr must be a finite number > 0 (got inf)", {}),
+    "train --lr nan": ("--lr nan", "--lr must be a finite number > 0 (got nan)", {}),
+    "train --warmup -5": ("--warmup -5", "--warmup must be >= 0", {}),
+    "train --grad-accum 0": ("--grad-accum 0", "--grad-accum must be >= 1", {}),
+    "train --stop-at 0": ("--stop-at 0", "--stop-at must be a step in 1..", {}),
+    "global batch not divisible by accumulation": ("--global-batch-size 5 --grad-accum 2", "is not divisible by 1 rank(s)", {}),
+    "global batch not divisible by the world size": ("--global-batch-size 3", "is not divisible by 2 rank(s)", TORCHRUN_ENV),
+    "--strategy fsdp without torchrun": ("--strategy fsdp", "--strategy fsdp needs torchrun", {}),
+    "--strategy single under torchrun": ("--strategy single", "would train 2 identical copies", TORCHRUN_ENV),
+    "--lora-rank without peft": ("--lora-rank 4", "--lora-rank needs peft", {"PYTHONPATH": "{no_peft}"}),
+    "chat line with no assistant turn": ("--data {no_assistant}", "no_assistant.jsonl:1: no assistant turn", {}),
+    "checkpoint of another global batch": ("--resume --out {batch2} --batch-size 2", "global batch of 2", TORCHRUN_ENV),
+}
+
+
+@pytest.mark.parametrize("case", list(TRAIN_CASES))
+def test_train_bad_input_is_one_line_and_writes_nothing(case, train_inputs, tmp_path):
+    flags, expected, extra_env = TRAIN_CASES[case]
+    names = {k: str(v) for k, v in train_inputs.items()}
+    before = snapshot(train_inputs["batch2"])
+    argv = ["train", *TRAIN_TINY, *flags.format(**names).split()]
+    if "--out" not in argv:
+        argv += ["--out", str(tmp_path / "out")]
+    env = {**os.environ, **{k: v.format(**names) for k, v in extra_env.items()}}
+    env["PYTHONPATH"] = os.pathsep.join([*([env["PYTHONPATH"]] if "PYTHONPATH" in extra_env else []), str(ROOT)])
+    proc = subprocess.run([sys.executable, "-m", "sbd_bench", *argv], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1 and err[0].startswith("error: "), proc.stderr[-3000:]
+    assert expected in err[0], err[0]
+    assert not (tmp_path / "out").exists() and snapshot(train_inputs["batch2"]) == before
+
+
+def train_process(out: Path, *flags: str, cwd: Path, **popen) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "sbd_bench", "train", *TRAIN_TINY, "--batch-size", "2", "--out",
+                             str(out), *flags],
+                            cwd=cwd, env=env, text=True, **popen)
+
+
+def test_train_stops_at_a_non_finite_loss_keeping_the_last_checkpoint(tmp_path):
+    from sbd_bench.training.checkpoint import latest, read_meta
+
+    proc = train_process(tmp_path / "nan", "--lr", "1e30", "--warmup", "0", "--steps", "20", "--save-every", "1",
+                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=300)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in err, err[-3000:]
+    assert "training stopped before this update" in errors[0] and "lower --lr" in errors[0]
+    step = read_meta(latest(tmp_path / "nan"))["step"]
+    assert 1 <= step < 20 and f"the last good checkpoint (step {step})" in errors[0]
+    assert f"step {step + 1}: the " in errors[0]  # the very next step's loss (or gradient) was not finite
+    assert not (tmp_path / "nan" / "model.safetensors").exists()  # nothing exported from a broken run
+    assert "Writing model shards" not in err
+
+
+def test_train_warns_once_about_characters_the_tokenizer_cannot_encode(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"caf\u00e9 {i}=", "completion": "\u00fc"}, ensure_ascii=False) + "\n"
+                            for i in range(3)) + json.dumps({"prompt": "1=", "completion": "1"}) + "\n", encoding="utf-8")
+    flags = ["--data", str(data), "--steps", "2"]
+    proc = train_process(tmp_path / "o", *flags, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=300)
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert proc.returncode == 0 and len(warnings) == 1, err[-3000:]
+    assert "6 token(s) in 3 line(s) (lines 1, 2, 3)" in warnings[0] and "'éü'" in warnings[0]
+    assert "Writing model shards" not in err
+
+
+def test_train_with_a_closed_output_finishes_its_work(tmp_path):
+    """`train ... 2>&1 | head -1`: the reader leaves after the first line; the training goes on to the end."""
+    proc = train_process(tmp_path / "o", "--steps", "6", "--save-every", "3", "--log-every", "1", cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    assert first.startswith("train:") and proc.wait(timeout=300) in (0, 141)
+    assert (tmp_path / "o" / "model.safetensors").is_file()  # trained to the end and exported
+    log = [json.loads(line) for line in (tmp_path / "o" / "training_log.jsonl").read_text().splitlines()]
+    assert log[-1]["step"] == 6
+
+
+def test_train_interrupted_says_how_to_resume(tmp_path):
+    import shlex
+    import signal
+
+    proc = train_process(tmp_path / "o", "--steps", "400", "--save-every", "2", "--log-every", "1", cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for line in proc.stderr:
+        if line.startswith("checkpoint: step 2"):
+            proc.send_signal(signal.SIGINT)
+            break
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 130 and "Traceback" not in err, err[-3000:]
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("interrupted: the step-") and "checkpoint is kept in" in lines[0]
+    resume = lines[1].strip()
+    assert resume.startswith("python -m sbd_bench train") and resume.endswith("--resume") and "--steps 400" in resume
+    assert lines[3].strip() == f"python -m sbd_bench train --export --out {tmp_path / 'o'}"
+    words = shlex.split(resume)[1:]  # the printed command continues the run
+    done = subprocess.run([sys.executable, *words[:-1], "--steps", "400", "--stop-at", "6", "--resume"], cwd=tmp_path,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and "stopped after step 6" in done.stderr, done.stderr[-3000:]

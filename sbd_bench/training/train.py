@@ -218,10 +218,11 @@ def _train(cfg: TrainConfig, par, out: Path, base: Path | None, resume_from: Pat
 
     from . import checkpoint as ckpt
 
+    # the data is read before the output folder is made: a bad line leaves nothing behind
+    model, tokenizer, optimizer, groups = prepare(cfg, par, resume_from or base, resume_from is not None, out, log)
     if par.main:
         out.mkdir(parents=True, exist_ok=True)
     par.barrier()
-    model, tokenizer, optimizer, groups = prepare(cfg, par, resume_from or base, resume_from is not None, out, log)
     start = 0
     if resume_from is not None:
         meta = ckpt.load(model, optimizer, resume_from, par)

@@ -86,6 +86,13 @@ def test_fsdp_killed_and_resumed_gives_the_one_process_losses(runs):
              s["from_step"]) for s in stages[:1]] == [("fsdp", 2, 2, 1, 4, False, 0)]
     assert [(s["resume"], s["world_size"]) for s in stages[1:]] == [(True, 2)] and stages[1]["from_step"] in (10, 15)
     assert stages[0]["command"].startswith("torchrun --nproc-per-node 2 -m sbd_bench train")
+    # --plan's FSDP arithmetic against the shard the largest rank really held
+    from sbd_bench.training.model import build_model
+    from sbd_bench.training.plan import meta_model, plan
+
+    config = build_model(TrainConfig(out="", **TINY), None)[0].config
+    predicted = plan(meta_model(config), 2, "fsdp", 2, 48, cuda=False)
+    assert stages[0]["param_bytes_per_rank"] == predicted.weights * 1e9
     assert "Traceback" not in resumed.stderr and json.loads(resumed.stdout.splitlines()[-1])["steps"] == 20
 
 

@@ -68,7 +68,9 @@ def add_cli(subparsers) -> None:
     p.add_argument("--export", action="store_true",
                    help="instead of training: write the HF model of the checkpoint in --out (to --export-to)")
     p.add_argument("--export-to", default=None, metavar="DIR", help="with --export: the folder to write (default --out)")
-    p.add_argument("--device", default=d.device, help="cpu|cuda[:N]|auto (CUDA: bf16 compute, fp32 master weights)")
+    p.add_argument("--device", default=None,
+                   help=f"cpu|cuda[:N]|auto (default {d.device}; CUDA: bf16 compute, fp32 master weights; --plan "
+                        f"assumes CUDA unless --device cpu)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--hidden-size", type=int, default=d.hidden_size, help="from scratch: model width")
     p.add_argument("--layers", type=int, default=d.layers, help="from scratch: transformer layers")
@@ -88,10 +90,9 @@ def _config(args) -> TrainConfig:
     if args.batch_size is not None and args.global_batch_size is not None:
         raise TrainError("give --batch-size (per rank) or --global-batch-size (all ranks), not both")
     launched = torchrun_world()
-    keys = set(TrainConfig.__dataclass_fields__) - {"command", "out", "world_size", "batch_size"}
-    values = {k: v for k, v in vars(args).items() if k in keys}
-    if args.batch_size is not None:
-        values["batch_size"] = args.batch_size
+    keys = set(TrainConfig.__dataclass_fields__) - {"command", "out", "world_size"}
+    # --batch-size and --device left out (None): the config's defaults
+    values = {k: v for k, v in vars(args).items() if k in keys and not (v is None and k in ("batch_size", "device"))}
     return TrainConfig(out=args.out or "", world_size=launched[2] if launched else 1, command=_command(args),
                        **values)
 

@@ -58,15 +58,15 @@ class Parallel:
         dist.all_reduce(t)
         return t.tolist()
 
-    def broadcast(self, obj):
-        """Rank 0's Python object, on every rank."""
+    def gather(self, value: float) -> list[float]:
+        """Every rank's ``value``, on every rank."""
         if not self.distributed:
-            return obj
+            return [value]
         import torch.distributed as dist
 
-        box = [obj]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
+        values = [None] * self.world
+        dist.all_gather_object(values, value)
+        return values
 
     def close(self) -> None:
         if self.distributed:

@@ -4,10 +4,10 @@
 
 Parameters are counted on the meta device (the model's real modules, no memory). Bytes per GPU:
   weights      fp32 master weights: all P (single, ddp) or this rank's FSDP shard (each tensor's rows
-               split over N, padded to a multiple of N, as FSDP2 does); plus, on CUDA, bf16 copies in
-               flight: autocast's copy of every weight (single, ddp), or under FSDP the unsharded root
-               (embeddings, LM head, final norm) and two decoder layers (the one computing and the
-               one prefetched)
+               split over N, padded to a multiple of N, as FSDP2 does)
+  in flight    on CUDA, bf16 copies: autocast's copy of every weight (single, ddp), or under FSDP the
+               unsharded root (embeddings, LM head, final norm) and two decoder layers (the one
+               computing and the one prefetched)
   gradients    fp32, the trained parameters (or their shard); under FSDP plus one unsharded layer's
                bf16 gradients before the reduce-scatter
   optimizer    AdamW: exp_avg and exp_avg_sq in fp32 and a 4-byte step count per trained tensor
@@ -55,6 +55,7 @@ class Plan:
     seq_len: int
     activation_checkpointing: bool
     weights: float
+    in_flight: float
     gradients: float
     optimizer: float
     activations: float
@@ -62,7 +63,7 @@ class Plan:
 
     @property
     def total(self) -> float:
-        return self.weights + self.gradients + self.optimizer + self.activations
+        return self.weights + self.in_flight + self.gradients + self.optimizer + self.activations
 
     @property
     def fits(self) -> bool:
@@ -112,13 +113,13 @@ def plan(model, world: int, strategy: str, batch_size: int, seq_len: int, object
     held_trained = sum(shard(params[n]) for n in trained)
     layers = decoder_layers(model)
     layer_numel = max(sum(p.numel() for p in layer.parameters()) for layer in layers)
-    weights, gradients = 4 * held, 4 * held_trained
-    if strategy == "fsdp":
+    weights, gradients, in_flight = 4 * held, 4 * held_trained, 0
+    if strategy == "fsdp" and world > 1:
         root = P - sum(sum(p.numel() for p in layer.parameters()) for layer in layers)
-        weights += (a if cuda else 4) * (root + 2 * layer_numel) if world > 1 else 0
-        gradients += a * layer_numel if world > 1 else 0
-    elif cuda:
-        weights += 2 * P  # autocast's bf16 copy of each weight, alive until the backward pass uses it
+        in_flight = a * (root + 2 * layer_numel)  # unsharded: the root, the layer computing, the one prefetched
+        gradients += a * layer_numel  # one layer's unsharded gradients before the reduce-scatter
+    elif cuda and strategy != "fsdp":
+        in_flight = 2 * P  # autocast's bf16 copy of each weight, alive until the backward pass uses it
     optimizer = 8 * held_trained + 4 * len(trained)
     c = model.config
     h, i, heads, V = c.hidden_size, c.intermediate_size, c.num_attention_heads, c.vocab_size
@@ -127,7 +128,7 @@ def plan(model, world: int, strategy: str, batch_size: int, seq_len: int, object
     per_layer = a * (10 * h + 4 * i) + 4 * (heads + 2)
     kept = len(layers) * (a * h) + per_layer if checkpointing else len(layers) * per_layer
     activations = tokens * (kept + V * (a + 8)) + (batch_size * length * length * a if objective == "sbd" else 0)
-    return Plan(P, T_numel, world, strategy, batch_size, seq_len, checkpointing, weights / GB, gradients / GB,
+    return Plan(P, T_numel, world, strategy, batch_size, seq_len, checkpointing, weights / GB, in_flight / GB, gradients / GB,
                 optimizer / GB, activations / GB, gpu_memory)
 
 
@@ -167,15 +168,17 @@ def cmd_plan(args) -> int:
         check_peft(TrainConfig(out="", lora_rank=args.lora_rank))
         model = with_lora(model, args.lora_rank, 0)
         trained = [n for n, p in model.named_parameters() if p.requires_grad]
-    cuda = args.device != "cpu"
+    cuda = args.device is None or args.device.startswith(("cuda", "auto"))
     result = plan(model, world, strategy, batch, args.seq_len, args.objective, args.activation_checkpointing, cuda,
                   trained, args.gpu_memory)
     ac = ", activation checkpointing" if result.activation_checkpointing else ""
     print(f"plan: {name}, {result.parameters / 1e9:.3f}B parameters ({result.trained / 1e9:.3f}B trained), {strategy} on "
           f"{world} GPU(s), batch {batch} x {args.seq_len} tokens per GPU ({args.objective}{ac}), "
           f"{'bf16 compute' if cuda else 'fp32'}", file=sys.stderr)
-    for key in ("weights", "gradients", "optimizer", "activations", "total"):
-        print(f"  {key:<12} {getattr(result, key):8.2f} GB per GPU", file=sys.stderr)
+    labels = {"weights": "weights (fp32 master)", "in_flight": "weights in flight", "gradients": "gradients",
+              "optimizer": "optimizer (AdamW)", "activations": "activations", "total": "total"}
+    for key, label in labels.items():
+        print(f"  {label:<22} {getattr(result, key):8.2f} GB per GPU", file=sys.stderr)
     verdict = "fits" if result.fits else "does NOT fit"
     print(f"  {verdict} in {args.gpu_memory:g} GB (allocator cache and CUDA context not counted)", file=sys.stderr)
     print(json.dumps({**asdict(result), "total": result.total, "fits": result.fits, "model": name}))

@@ -49,7 +49,12 @@ def stage_entry(cfg: TrainConfig, par, base: Path | None, start: int) -> dict:
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def record_stage(cfg: TrainConfig, out: Path, base: Path | None, start: int, par) -> None:
+def param_bytes(model) -> int:
+    """Bytes of the parameters this rank holds (its shards under FSDP)."""
+    return sum((p.to_local() if hasattr(p, "to_local") else p).untyped_storage().nbytes() for p in model.parameters())
+
+
+def record_stage(cfg: TrainConfig, out: Path, base: Path | None, start: int, par, held: int = 0) -> None:
     """Append this command to ``training_stages.jsonl``: what trained the weights, stage by stage. A
     fine-tune starts from its base's stages (and its log), so a shipped folder tells its whole history."""
     stages = out / STAGES_FILE
@@ -58,7 +63,7 @@ def record_stage(cfg: TrainConfig, out: Path, base: Path | None, start: int, par
             if (base / name).is_file():
                 (out / name).write_bytes((base / name).read_bytes())
     previous = stages.read_text(encoding="utf-8").splitlines() if stages.is_file() else []
-    entry = {"stage": len(previous) + 1, **stage_entry(cfg, par, base, start)}
+    entry = {"stage": len(previous) + 1, **stage_entry(cfg, par, base, start), "param_bytes_per_rank": held}
     with open(stages, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(entry) + "\n")
     with open(out / LOG_FILE, "a", encoding="utf-8") as handle:  # log lines that follow belong to this stage
@@ -229,6 +234,7 @@ def _train(cfg: TrainConfig, par, out: Path, base: Path | None, resume_from: Pat
         start = meta["step"]
         if meta["world_size"] != par.world:
             log(f"resuming the step-{start} checkpoint of {meta['world_size']} rank(s) on {par.world}: resharded")
+    held = max(par.gather(param_bytes(model)))  # the largest rank's weights (--plan predicts it)
     if par.main:
         if resume_from is not None:
             drop_log_past(out / LOG_FILE, start)
@@ -239,12 +245,11 @@ def _train(cfg: TrainConfig, par, out: Path, base: Path | None, resume_from: Pat
                 import shutil
 
                 shutil.rmtree(out / name, ignore_errors=True)
-        record_stage(cfg, out, base, start, par)
+        record_stage(cfg, out, base, start, par, held)
         (out / ARGS_FILE).write_text(json.dumps(asdict(cfg), indent=1) + "\n")
     pad_id, mask_id = tokenizer.pad_token_id, tokenizer.mask_token_id
-    n_params = sum(p.numel() for p in model.parameters())  # under FSDP: this rank's shard
+    n_params = sum(p.numel() for p in model.parameters())  # a DTensor counts its global shape
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    n_params, trainable = par.sum([n_params, trainable]) if par.strategy == "fsdp" else (n_params, trainable)
     log(f"train: {cfg.objective} objective, {n_params / 1e6:.2f}M params ({trainable / 1e6:.2f}M trained), "
         f"{sum(map(len, groups))} examples in {len(groups)} group(s), steps {start}->{cfg.steps}, {par.strategy} on "
         f"{par.world} x {par.device.type}, batch {cfg.global_batch_size} = {cfg.batch_size} x {par.world} rank(s) x "

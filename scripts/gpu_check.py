@@ -13,12 +13,16 @@ A randomly initialised model with Llama-3.1-8B's dimensions, in bf16, batch 1, a
                   path and batch 8 equal the CPU records (NFE, tokens, accuracy), 6 examples per task
   gpu_tests       the GPU-only tests (tests/test_fastpath_cuda.py)
   batch_sweep     NTP and fixed_k:k=4 tokens/s at batch 1, 8, 32 (and their 1- and 32-token forwards)
+  training        scripts/train_check.py under torchrun on every GPU: a ~1B random Llama, SBD objective,
+                  FSDP2 bf16, with and without activation checkpointing: step time, MFU, peak memory per
+                  GPU beside train --plan's prediction (issue 18; alone with --training)
 Speed does not depend on weights, only on shapes; a random model never stops, so every decode runs
 to its length. The JSON is rewritten after every section, so a timeout keeps what was measured;
 sections after the time budget are skipped (and say so).
 
     python scripts/gpu_check.py                            # GPU machine: results/gpu_check-DATE-DEVICE.json
     python scripts/gpu_check.py --tiny --out /tmp/check.json   # the same code on a tiny CPU model, compiled
+    python scripts/gpu_check.py --training [--tiny]            # the training section alone
 """
 from __future__ import annotations
 
@@ -68,6 +72,9 @@ TARGETS = {
     "warmup_s": ("warmup", "warmup_s", "<=", 90.0),
     "records_identical": ("records", "identical", "==", True),
     "cuda_rng_after_fast_path": ("cuda_rng", "ok", "==", True),
+    # issue 18: the 1B model's training step under FSDP on the GPUs present
+    "training_mfu": ("training", "mfu", ">=", 0.35),
+    "training_peak_within_10pct_of_plan": ("training", "peak_within_10pct_of_plan", "==", True),
 }
 
 
@@ -305,6 +312,26 @@ def gpu_tests() -> dict:
             "seconds": time.perf_counter() - started}
 
 
+def training(tiny: bool) -> dict:
+    """scripts/train_check.py under torchrun on every GPU present (2 CPU ranks with --tiny), without and
+    with activation checkpointing: step time, MFU, peak memory per GPU beside --plan's prediction."""
+    ranks = 2 if tiny else max(1, torch.cuda.device_count())
+    out = {"ranks": ranks}
+    for name, flags in (("plain", []), ("activation_checkpointing", ["--activation-checkpointing"])):
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                               f"--nproc-per-node={ranks}", str(ROOT / "scripts" / "train_check.py"),
+                               *(["--tiny"] if tiny else []), *flags], capture_output=True, text=True, cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}, timeout=900)
+        lines = done.stdout.strip().splitlines()
+        out[name] = json.loads(lines[-1]) if done.returncode == 0 and lines else {"error": done.stderr[-1500:]}
+    plain, ac = out["plain"].get("peak_memory_bytes_per_gpu"), out["activation_checkpointing"].get("peak_memory_bytes_per_gpu")
+    out["mfu"] = out["plain"].get("mfu")
+    out["peak_within_10pct_of_plan"] = (abs(out["plain"]["peak_over_plan"] - 1) <= 0.10
+                                        if out["plain"].get("peak_over_plan") else None)
+    out["checkpointing_saves_bytes"] = plain - ac if plain and ac else None
+    return out
+
+
 def verdicts(result: dict) -> dict:
     """Each target: its figure, the threshold, PASS/FAIL (MISSING when its section did not run; n/a for
     a speed target on the tiny CPU model, where only the correctness targets mean anything)."""
@@ -329,6 +356,8 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="default: results/gpu_check-DATE-DEVICE.json")
     parser.add_argument("--tokens", type=int, default=None, help="tokens per batch-1 decode (default 256; tiny 24)")
     parser.add_argument("--no-compile", action="store_true", help="graphs only (the fallback), no torch.compile")
+    parser.add_argument("--training", action="store_true",
+                        help="the training section only (scripts/train_check.py on every GPU: ~1B model, FSDP)")
     parser.add_argument("--budget-s", type=float, default=450.0,
                         help="skip a section that would end past this many seconds, by its expected "
                              "H200 duration (default 450: the whole check stays under 8 minutes)")
@@ -366,6 +395,12 @@ def main() -> None:
             save(name, fn(*fn_args))
         except Exception as exc:  # noqa: BLE001 - one section's failure is recorded; the others still run
             save(name, {"error": f"{type(exc).__name__}: {exc}"})
+
+    if args.training:  # the decoding model is not needed: the training check builds its own
+        section("training", training, args.tiny, expected_s=240)
+        save("targets", verdicts(result))
+        print(json.dumps({"out": str(out), "training": result.get("training")}, default=str))
+        return
 
     from transformers.utils import logging as hf_logging
 
@@ -413,6 +448,7 @@ def main() -> None:
 
     for batch in batches:  # last: the figures of the issue's table, no target of their own; batch 8
         section("batch_sweep", sweep_row, batch, expected_s=90 if batch == 8 else 20)  # compiles batches > 1
+    section("training", training, args.tiny, expected_s=240)  # issue 18; alone: --training
     result["fast_path_status"] = FastPath.for_model(lm).status
     save("targets", verdicts(result))
     for target, verdict in result["targets"].items():

@@ -37,12 +37,11 @@ def add_cli(subparsers) -> None:
     p.add_argument("--objective", default=d.objective, choices=["sbd", "ntp"],
                    help="sbd: the two-copy SBD objective; ntp: its next-token twin on the same batches")
     p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps (the cosine schedule ends here)")
-    p.add_argument("--batch-size", type=int, default=None,
-                   help=f"sequences per forward on each rank (default {d.batch_size}); the global batch is this x "
-                        f"ranks x --grad-accum")
+    p.add_argument("--batch-size", type=int, default=d.batch_size,
+                   help="sequences per forward on each rank; the global batch is this x ranks x --grad-accum")
     p.add_argument("--global-batch-size", type=int, default=None,
-                   help="instead of --batch-size: sequences per optimizer step over all ranks (must divide by ranks x "
-                        "--grad-accum); keeps a run's batches the same on any number of GPUs")
+                   help="sequences per optimizer step over all ranks, instead of --batch-size (which it sets to this "
+                        "/ ranks / --grad-accum: it must divide); keeps a run's batches the same on any number of GPUs")
     p.add_argument("--grad-accum", type=int, default=d.grad_accum, help="micro-batches per optimizer step")
     p.add_argument("--strategy", default=None, choices=STRATEGIES,
                    help="single: one process; fsdp: FSDP2, each decoder layer then the root sharded (the default under "
@@ -87,12 +86,10 @@ def add_cli(subparsers) -> None:
 
 
 def _config(args) -> TrainConfig:
-    if args.batch_size is not None and args.global_batch_size is not None:
-        raise TrainError("give --batch-size (per rank) or --global-batch-size (all ranks), not both")
     launched = torchrun_world()
     keys = set(TrainConfig.__dataclass_fields__) - {"command", "out", "world_size"}
-    # --batch-size and --device left out (None): the config's defaults
-    values = {k: v for k, v in vars(args).items() if k in keys and not (v is None and k in ("batch_size", "device"))}
+    # --device left out (None): the config's default
+    values = {k: v for k, v in vars(args).items() if k in keys and not (v is None and k == "device")}
     return TrainConfig(out=args.out or "", world_size=launched[2] if launched else 1, command=_command(args),
                        **values)
 

@@ -14,7 +14,7 @@ Parameters are counted on the meta device (the model's real modules, no memory).
   activations  what the backward pass keeps, for T = batch x 2·seq-len tokens (SBD's two copies;
                seq-len for NTP): per decoder layer a·(10h + 4i) + 4·(heads + 2) bytes per token
                (a = 2 in bf16, 4 in fp32; measured exactly for transformers' Llama with sdpa in fp32 on the
-               CPU by tests/test_training_plan.py), or with activation checkpointing a·h per layer plus
+               CPU by tests/test_training_features.py), or with activation checkpointing a·h per layer plus
                one layer recomputed; the logits, their fp32 log-softmax and its gradient (T·V·(a + 8)),
                and the (batch, 1, 2L, 2L) attention mask
 A run fits when the sum is within --gpu-memory; the CUDA allocator's cache and the CUDA context
@@ -142,7 +142,7 @@ def cmd_plan(args) -> int:
     strategy = args.strategy or ("fsdp" if world > 1 else "single")
     if strategy == "single" and world > 1:
         raise TrainError("--strategy single plans one GPU: leave out --world-size, or plan fsdp or ddp")
-    batch = args.batch_size or 1
+    batch = args.batch_size
     if args.dims:
         config = preset_config(args.dims)
         name = args.dims

@@ -7,9 +7,11 @@ is JSON). Bad input is refused in one line before any model loads; under torchru
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -150,11 +152,25 @@ def _cmd_train(args) -> int:
     from .train import train
 
     try:
-        out = train(cfg, log=say)
+        with _sigterm_as_interrupt():
+            out = train(cfg, log=say)
     except KeyboardInterrupt:
         return _interrupted(cfg)
     _stdout({"out": str(out), "steps": cfg.steps, "objective": cfg.objective})
     return 0
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM (a cluster's time limit, torchrun stopping its workers) ends the run like Ctrl-C."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _stdout(result: dict) -> None:

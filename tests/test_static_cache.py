@@ -130,7 +130,7 @@ def test_gpu_check_script_runs_tiny_on_cpu(tmp_path):
     assert not [p.name for p in scratch.iterdir() if p.name.startswith("gpu-check-records-")]
     result = json.loads(out.read_text())
     sections = ("model", "bandwidth", "warmup", "forward_batch_1", "ntp_batch_1", "fixed_k_batch_1", "cuda_rng",
-                "records", "gpu_tests", "batch_sweep", "targets")
+                "records", "gpu_tests", "batch_sweep", "training", "targets")
     assert not result["skipped"] and all("error" not in result[s] for s in sections if isinstance(result[s], dict))
     assert result["ntp_batch_1"]["leading_tokens_equal"]["fast_vs_eager"] == 8  # float32: the same tokens
     assert result["warmup"]["status"] == "static cache, torch.compile (graphs need CUDA)"
@@ -138,6 +138,7 @@ def test_gpu_check_script_runs_tiny_on_cpu(tmp_path):
     assert [row["batch"] for row in result["batch_sweep"]] == [1, 2]
     assert {t["verdict"] for t in result["targets"].values()} <= {"n/a", "PASS"}
     assert result["targets"]["records_identical"]["verdict"] == "PASS"
+    assert result["training"]["plain"]["steps_timed"] == 3 and result["training"]["plain"]["world_size"] == 2
     assert "PASS     records_identical" in done.stdout
 
 

@@ -42,7 +42,6 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sbd_bench.core.batching import BatchDecoder  # noqa: E402
 from sbd_bench.core.decoding import Decoder  # noqa: E402
 from sbd_bench.core.fastpath import FastPath  # noqa: E402
 from sbd_bench.core.masks import Pattern  # noqa: E402
@@ -298,7 +297,7 @@ def batched_decode(lm: LoadedModel, tokens: int, batch: int, solver) -> dict:
     result = {}
 
     def run():
-        result["gens"] = BatchDecoder(decoder).generate(prompts, solver)
+        result["gens"] = decoder.generate_batch(prompts, solver)
 
     seconds = timed(run, lm.device, 1)
     generated = sum(g.tokens for g in result["gens"])

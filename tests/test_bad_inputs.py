@@ -295,7 +295,6 @@ def test_a_full_stdout_is_one_line(tmp_path):
 def test_a_broken_model_is_named_not_the_solver(mine, one_thread):
     """The core, when a solver seems to reveal nothing, looks at the logits first: NaN ones name the
     model (BrokenModelError), at batch 1 and batched, instead of blaming the solver's contract."""
-    from sbd_bench.core.batching import BatchDecoder
     from sbd_bench.core.decoding import BrokenModelError, Decoder
     from sbd_bench.core.model import load_model
     from sbd_bench.registry import parse_solver_spec, solver_registry
@@ -304,7 +303,7 @@ def test_a_broken_model_is_named_not_the_solver(mine, one_thread):
     solver = parse_solver_spec("entropy_bounded", solver_registry())[-1]
     decoder = Decoder(lm, block_size=4, max_new_tokens=8)
     for generate in (lambda: decoder.generate([5, 6, 7], solver),
-                     lambda: BatchDecoder(decoder).generate([[5, 6, 7], [5, 6]], solver)):
+                     lambda: decoder.generate_batch([[5, 6, 7], [5, 6]], solver)):
         with pytest.raises(BrokenModelError, match="computes NaN or infinite logits"):
             generate()
 

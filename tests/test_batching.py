@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from scale_models import build_scale_model as build_tiny_model
-from sbd_bench.core.batching import BatchDecoder
 from sbd_bench.core.decoding import Decoder
 from sbd_bench.core.model import load_model
 from sbd_bench.registry import parse_solver_spec, solver_registry
@@ -52,7 +51,7 @@ def test_batch_equals_batch_one_for_every_solver(lm, stop_strings):
         for batch_size in (3, len(prompts)):
             batched = []
             for i in range(0, len(prompts), batch_size):
-                batched += _records(BatchDecoder(decoder).generate(prompts[i : i + batch_size], solver))
+                batched += _records(decoder.generate_batch(prompts[i : i + batch_size], solver))
             assert batched == reference, f"{solver.label} at batch {batch_size}"
     # the cases the comparison must cover did occur
     assert {"max_new_tokens", "context"} <= reasons
@@ -62,7 +61,7 @@ def test_batch_equals_batch_one_for_every_solver(lm, stop_strings):
 def test_rows_stop_at_different_times(lm):
     prompts = [lm.tokenizer(p)["input_ids"] for p in PROMPTS]
     solver = parse_solver_spec("entropy_bounded", solver_registry())[0]
-    gens = BatchDecoder(Decoder(lm, block_size=4, max_new_tokens=14)).generate(prompts, solver)
+    gens = Decoder(lm, block_size=4, max_new_tokens=14).generate_batch(prompts, solver)
     assert len({g.tokens for g in gens}) >= 3
     assert len({g.nfe for g in gens}) >= 3
 
@@ -105,16 +104,14 @@ def test_run_batch_size_gives_the_batch_one_records(model_dir, tmp_path):
 
 
 def test_out_of_memory_halves_the_batch_and_goes_on(model_dir, tmp_path, monkeypatch, capsys):
-    from sbd_bench.core import batching
-
-    original = batching.BatchDecoder.generate
+    original = Decoder.generate_batch
 
     def small_memory(self, prompts, solver):  # a device that holds at most 2 sequences at once
         if len(prompts) > 2:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return original(self, prompts, solver)
 
-    monkeypatch.setattr(batching.BatchDecoder, "generate", small_memory)
+    monkeypatch.setattr(Decoder, "generate_batch", small_memory)
     task = _task_file(tmp_path / "mini.jsonl")
     records, _ = _run(model_dir, task, tmp_path / "oom", batch_size=5)
     assert "batch size 5 does not fit in memory; decoding 2 at a time instead" in capsys.readouterr().err
@@ -146,19 +143,18 @@ def test_device_map_auto_loads_and_decodes_like_one_device(model_dir, tmp_path):
 
 
 def test_throughput_sweep_reports_what_does_not_fit_and_goes_on(lm, monkeypatch, capsys):
-    from sbd_bench.core import batching
     from sbd_bench.runner.harness import RunConfig
     from sbd_bench.runner.throughput import sweep
     from sbd_bench.types import Task
 
-    original = batching.BatchDecoder.generate
+    original = Decoder.generate_batch
 
     def small_memory(self, prompts, solver):  # at most 2 sequences fit
         if len(prompts) > 2:
             raise torch.OutOfMemoryError("CUDA out of memory")
         return original(self, prompts, solver)
 
-    monkeypatch.setattr(batching.BatchDecoder, "generate", small_memory)
+    monkeypatch.setattr(Decoder, "generate_batch", small_memory)
     prompts = [lm.tokenizer(p)["input_ids"] for p in PROMPTS[:4]]
     solvers = parse_solver_spec("ntp+fixed_k", solver_registry())
     rows = sweep(lm, Task(), prompts, solvers, [1, 2, 3, 4], RunConfig(block_size=4, max_new_tokens=8),
@@ -210,5 +206,5 @@ def test_batch_one_and_batched_refuse_the_same_prompts(lm):
         with pytest.raises(DecodeError, match=message):
             decoder.generate(prompt, solver)
         with pytest.raises(DecodeError, match=message):
-            BatchDecoder(decoder).generate([[5, 6], prompt], solver)
+            decoder.generate_batch([[5, 6], prompt], solver)
     assert decoder.generate([5] * 47, solver).stop_reason == "context"  # one token short of the context decodes

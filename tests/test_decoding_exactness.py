@@ -29,13 +29,13 @@ class RecordingDecoder(Decoder):
         super().__init__(*args, **kwargs)
         self.calls = []
 
-    def block_step(self, pending, block, start, cache):
-        logits = super().block_step(pending, block, start, cache)
+    def block_step(self, pending, block, start, *args):
+        logits = super().block_step(pending, block, start, *args)
         self.calls.append((start, pending.shape[1], block.clone(), logits.clone()))
         return logits
 
-    def ntp_step(self, token, position, cache):
-        logits = super().ntp_step(token, position, cache)
+    def ntp_step(self, token, position, *args):
+        logits = super().ntp_step(token, position, *args)
         self.calls.append((position, logits.clone()))
         return logits
 

@@ -12,7 +12,6 @@ import torch
 
 from scale_models import build_scale_model
 from sbd_bench.core import fastpath
-from sbd_bench.core.batching import BatchDecoder
 from sbd_bench.core.cache import StaticKVCache
 from sbd_bench.core.decoding import Decoder
 from sbd_bench.core.fastpath import FastPath, packed_sdpa
@@ -125,7 +124,7 @@ def test_compiled_batches_decode_like_batch_one(family, tmp_path):
         solver = parse_solver_spec(spec, solver_registry())[0]
         for batch, budget in [(2, 12), (4, 12), (3, 300)]:
             ref = [Decoder(model, block_size=4, max_new_tokens=budget).generate(p, solver) for p in prompts[:batch]]
-            got = BatchDecoder(Decoder(model, block_size=4, max_new_tokens=budget, fast=True, compile=True)).generate(
+            got = Decoder(model, block_size=4, max_new_tokens=budget, fast=True, compile=True).generate_batch(
                 prompts[:batch], solver)
             assert [(g.output_ids, g.nfe) for g in got] == [(r.output_ids, r.nfe) for r in ref]
     assert counters["stats"]["unique_graphs"] - before == 1

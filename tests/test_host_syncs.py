@@ -9,7 +9,6 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from sbd_bench.core.batching import BatchDecoder
 from sbd_bench.core.decoding import Decoder
 from sbd_bench.core.model import load_model
 from sbd_bench.registry import parse_solver_spec, solver_registry
@@ -67,5 +66,5 @@ def test_one_device_read_per_forward(tiny_models, counted, fast):
             decoder.generate(prompts[0], solver)
         assert mode.reads == decoder.counters.nfe, solver.label
         with counted() as mode:
-            BatchDecoder(decoder).generate(prompts, solver)
+            decoder.generate_batch(prompts, solver)
         assert mode.reads == decoder.counters.nfe, solver.label  # batch forwards, each serving every row

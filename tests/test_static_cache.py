@@ -31,7 +31,7 @@ def core_forwards(decoder: Decoder, cache, prompt: torch.Tensor) -> list[torch.T
     for _ in range(3):  # NTP steps
         logits = decoder.ntp_step(token, position, cache)
         out.append(logits)
-        token, position = logits.argmax(-1, keepdim=True), position + 1
+        token, position = logits.argmax(-1), position + 1
     block = torch.full((1, k), decoder.lm.mask_token_id)
     pending, start = token, position + 1
     for step in range(3):  # a first forward with pending tokens, then block-only forwards

@@ -15,7 +15,6 @@ import torch
 
 from scale_models import build_scale_model
 from sbd_bench.core import cache as cache_module
-from sbd_bench.core.batching import BatchDecoder
 from sbd_bench.core.decoding import Decoder, verify_drafts
 from sbd_bench.core.model import load_model
 from sbd_bench.registry import RegistryError, parse_solver_spec, solver_registry
@@ -67,14 +66,14 @@ class DraftingLlama(ScriptedLlama):
 class TracingDecoder(Decoder):
     """Records (cache length before, query tokens) of every forward, and the text each one carries."""
 
-    def forward(self, ids, positions, pattern, cache, phase="decode", keep=0):
+    def forward(self, ids, positions, pattern, cache, phase="decode", keep=0, **kw):
         self.trace.append((phase, cache.length, ids.shape[1]))
-        return super().forward(ids, positions, pattern, cache, phase, keep)
+        return super().forward(ids, positions, pattern, cache, phase, keep, **kw)
 
-    def carry_step(self, pending, block, start, cache, key_pad=None):
+    def carry_step(self, pending, *args):
         if pending.shape[1]:
             self.carried.append(self.lm.tokenizer.decode(pending[0]))
-        return super().carry_step(pending, block, start, cache, key_pad)
+        return super().carry_step(pending, *args)
 
 
 def _scripted(path, text: str, wrong: dict[int, str], k: int = 4):
@@ -199,7 +198,7 @@ def test_verified_output_is_ntp_output_at_batch_one_and_four(lm, fast, stop_stri
             seen["replaced"] += sum(g["replaced_per_block"])
         four = []
         for i in range(0, len(prompts), 4):
-            four += _records(BatchDecoder(decoder()).generate(prompts[i : i + 4], solver))
+            four += _records(decoder().generate_batch(prompts[i : i + 4], solver))
         assert four == one, solver.label
     # the cases the comparison must cover did occur
     assert seen["accepted"] > 0 and seen["replaced"] > 0 and keeps
@@ -207,8 +206,8 @@ def test_verified_output_is_ntp_output_at_batch_one_and_four(lm, fast, stop_stri
 
 
 class CarryRecorder(Decoder):
-    def carry_step(self, pending, block, start, cache, key_pad=None):
-        ntp_logits, logits = super().carry_step(pending, block, start, cache, key_pad)
+    def carry_step(self, pending, block, start, *args):
+        ntp_logits, logits = super().carry_step(pending, block, start, *args)
         if pending.shape[1]:  # block_step's drafting forwards carry nothing
             self.calls.append((start, pending[0].tolist(), ntp_logits[0].clone()))
         return ntp_logits, logits

@@ -39,30 +39,30 @@ class KVCache:
 
         self.config = config
         self.hf = DynamicCache(config=config)  # per layer: keys/values (B, H_kv, T, D)
-
-    @property
-    def length(self) -> int:
-        return self.hf.get_seq_length()
+        self.length = 0  # positions held, counted on the host as in StaticKVCache (cheaper than asking hf)
 
     def advance(self, q: int) -> None:
-        """A forward wrote ``q`` positions: the DynamicCache has grown by itself."""
+        """A forward wrote ``q`` positions (the DynamicCache has grown by itself)."""
+        self.length += q
 
     def rollback(self, n: int) -> None:
         """Forget the last ``n`` positions (a block's mask-dependent keys/values)."""
         if n > 0:
             self.hf.crop(-n)
+            self.length -= n
 
     def reset(self) -> None:
         from transformers import DynamicCache
 
-        self.hf = DynamicCache(config=self.config)
+        self.hf, self.length = DynamicCache(config=self.config), 0
 
     def keep(self, columns: torch.Tensor) -> None:
         """Keep, for each row b, the cached columns ``columns[b]`` (B, L) in that order: the length becomes
-        L. Batched verified decoding drops each row's rejected keys/values with it (core/batching.py)."""
+        L. Batched verified decoding drops each row's rejected keys/values with it (core/decoding.py)."""
         for layer in self.hf.layers:
             if layer.is_initialized and layer.keys.numel():
                 layer.keys, layer.values = _gather_columns(layer.keys, columns), _gather_columns(layer.values, columns)
+        self.length = columns.shape[1]
 
     def bytes_per_token(self, dtype: torch.dtype) -> int:
         return kv_bytes_per_token(self.config, dtype)

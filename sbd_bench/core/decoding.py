@@ -1,7 +1,9 @@
-"""The decoding core: causal prefill, the NTP step, the SBD block step, and the loop (SBD.md §3).
+"""The decoding core: causal prefill, the NTP step, the SBD block step, and one loop per decode mode
+(NTP, blocks, verified) for B prompts decoded together; batch 1 is a batch of one (SBD.md §3).
 
     >>> decoder = Decoder(load_model("sbd-tiny"), block_size=16, max_new_tokens=128)
     >>> gen = decoder.generate(prompt_ids, EntropyBounded(gamma=0.35))
+    >>> gens = decoder.generate_batch([prompt_ids, other_ids], EntropyBounded(gamma=0.35))
     >>> gen.output_text, gen.nfe, gen.revealed_per_forward
 
 Layout choice (ours, documented in docs/decoding.md): prefill caches the prompt minus its last token, and
@@ -9,22 +11,36 @@ that last token is carried causally in the first forward, exactly as a finished 
 forward after prefill yields generated tokens, NTP spends exactly one forward per token, and the
 first block after the prompt costs 1 + k query tokens like any other first forward.
 
+Batches (B rows, P = longest prompt). Prompts are left-padded to P: a row's own columns are the cache's
+last ``cache.length - pad`` ones (``_Row.pad``), and a key padding mask hides the rest from it. Rows
+move in lockstep, block-synchronously: each forward serves every row, and a row whose block is done
+(or that has stopped) idles until the others have finished theirs. ``forward`` charges a row an NFE
+only for the forwards in which it had work, which is exactly its forward count at batch 1. Near the
+end of the context a row's block may be narrower than the batch's: its missing slots are hidden and
+never masked, so the solver sees the block of batch 1. Where no row hides anything (always at batch 1)
+no key padding is built. Greedy outputs and per-row NFE equal batch 1's (tests/test_batching.py); a row's
+``prefill_time_s`` and ``decode_time_s`` are its 1/B share of its batch's.
+
 Verify mode (``--solver "name:...;verify=on"``, ``types.Verified``): any block solver drafts, and the
 core commits only what NTP's argmax, read from the same first forward, confirms; the output is NTP's
-(``_decode_verified``, ``verify_drafts``; docs/decoding.md, 'Verified decoding').
+(``_decode_verified``, ``verify_drafts``; docs/decoding.md, 'Verified decoding'). Rows accept different numbers of
+drafts: afterwards each keeps only its accepted keys/values, moved to end at the shared end again
+(``_realign``, ``cache.keep``); its padding grows by what the others kept more.
 
-Every model call goes through ``Decoder.forward``: it is the one place NFE is counted.
+Every model call goes through ``Decoder.forward``: it is the one place NFE is counted. Tokens are chosen
+from logits in ``next_tokens`` (NTP's) and ``_choose`` (a block's), drafts judged in ``verify_drafts``.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 import torch
 
 from ..types import BlockView, Generation, Solver, UsageError
 from .cache import KVCache, StaticKVCache
-from .fastpath import keeps_logits, static_forward
+from .fastpath import FastPath, keeps_logits
 from .masks import Pattern
 from .model import LoadedModel
 
@@ -63,8 +79,40 @@ def check_model_output(lm: LoadedModel, prompt_ids: list[int]) -> None:
 
 @dataclass
 class Counters:
-    nfe: int = 0
+    nfe: int = 0  # forwards after prefill (each serves every row of a batch)
     prefill_forwards: int = 0
+    row_nfe: Counter = field(default_factory=Counter)  # batch row -> forwards in which it had work
+
+
+BLOCK_FIELDS = ("forwards_per_block", "drafted_per_block", "accepted_per_block", "replaced_per_block")
+
+
+@dataclass
+class _Row:
+    """One prompt of a batch: its columns, what it has committed, its block under way, its records."""
+
+    prompt_len: int
+    budget: int
+    pad: int  # cache columns left of the row's own (prompt padding, grown when verified rows realign)
+    generator: torch.Generator | None  # a randomised solver's, seeded as at batch 1
+    out: list[int] = field(default_factory=list)
+    revealed: list[int] = field(default_factory=list)  # tokens committed by each forward
+    blocks: dict = field(default_factory=lambda: {name: [] for name in BLOCK_FIELDS})
+    stop_reason: str = ""  # set once the row has stopped
+    size: int = 0  # the block under way: its slots, the forward that revealed each (-1: masked)
+    reveal_step: list[int] = field(default_factory=list)
+    open: bool = False  # whether the block goes on (the row has work in the next block forward)
+    pending: list[int] = field(default_factory=list)  # verified: last committed token, then the drafts
+    final: bool = False  # verified: the drafts end at a stop or the budget: verify them, draft no more
+
+    def stop(self, cut: int, reason: str) -> None:
+        self.out, self.stop_reason, self.open = self.out[:cut], reason, False
+
+    def end_block(self, forwards: int, drafted: int = 0) -> None:
+        """Close the block; verified drafts are judged at the next block's first forward."""
+        for name, value in zip(BLOCK_FIELDS, (forwards, drafted, 0, 0)):
+            self.blocks[name].append(value)
+        self.open = False
 
 
 class Decoder:
@@ -81,11 +129,8 @@ class Decoder:
         self.counters = Counters()
         # fast: a preallocated cache, and compiled CUDA graphs of the decode forwards on CUDA (fastpath.py);
         # compile: None = with the graphs, True/False = asked for (on CPU too) or not
-        self.fast = None
-        if fast:
-            from .fastpath import FastPath
-
-            self.fast = FastPath.for_model(lm, compile)
+        self.fast = FastPath.for_model(lm, compile) if fast else None
+        self._mask_index = torch.tensor([lm.mask_token_id], device=lm.device)
 
     def new_cache(self, batch: int, positions: int):
         """An empty cache for ``batch`` rows that will hold at most ``positions`` columns."""
@@ -96,18 +141,19 @@ class Decoder:
     # ------------------------------------------------------------------------- the one model call
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, pattern: Pattern | None, cache: KVCache,
-                phase: str = "decode", keep: int = 0) -> torch.Tensor:
+                phase: str = "decode", keep: int = 0, rows: list[int] | None = None) -> torch.Tensor:
         """ids, positions (B, Q) -> float32 logits (B, keep, V) of the last ``keep`` queries (0: all Q),
-        the only ones the core reads. Appends Q positions to ``cache``; ``pattern`` None: Q causal queries."""
+        the only ones the core reads. Appends Q positions to ``cache``; ``pattern`` None: Q causal queries.
+        ``rows``: the batch rows with work, each charged one NFE (None: all)."""
         if phase == "prefill":
             self.counters.prefill_forwards += 1
         else:
             self.counters.nfe += 1
+            for b in range(ids.shape[0]) if rows is None else rows:
+                self.counters.row_nfe[b] += 1
         if isinstance(cache, StaticKVCache):  # the mask is built from the pattern, inside the graph on CUDA
-            if self.fast is not None and phase != "prefill":
-                logits = self.fast.forward(ids, positions, pattern, cache, keep)
-            else:
-                logits = static_forward(self.lm, cache, ids, positions, pattern, keep)
+            path = self.fast or FastPath.for_model(self.lm)
+            logits = path.forward(ids, positions, pattern, cache, keep, eager=self.fast is None or phase == "prefill")
         else:
             mask = None if pattern is None else pattern.mask(cache.length, self.lm.dtype, ids.device)
             kept = {"logits_to_keep": keep} if keeps_logits(self.lm.model) else {}
@@ -116,200 +162,323 @@ class Decoder:
             logits = (logits if kept or not keep else logits[:, -keep:]).float()
         cache.advance(ids.shape[1])
         self.last_logits = logits  # a reference only: read when a solver seems to break its contract
-        if self.lm.mask_token_id >= 0:
-            logits[..., self.lm.mask_token_id] = float("-inf")  # the mask token is never emitted
+        if self.lm.mask_token_id >= 0:  # the mask token is never emitted
+            logits.index_fill_(-1, self._mask_index, float("-inf"))
         return logits
 
     # ------------------------------------------------------------------------------- the steps
-    def prefill(self, prompt: torch.Tensor, cache: KVCache) -> None:
-        """Cache the prompt (1, P), causally. Its logits are not needed (see the module docstring)."""
+    def prefill(self, prompt: torch.Tensor, cache: KVCache, pads: list[int] | None = None) -> None:
+        """Cache the prompts (B, P), causally, row b's first ``pads[b]`` columns (left padding) hidden.
+        Their logits are not needed (see the module docstring)."""
         if prompt.shape[1]:
-            positions = torch.arange(prompt.shape[1], device=prompt.device)[None]
-            self.forward(prompt, positions, None, cache, phase="prefill", keep=1)
+            positions, pattern = torch.arange(prompt.shape[1], device=prompt.device)[None], None
+            if pads and any(pads):
+                pad = torch.tensor(pads, device=prompt.device)[:, None]
+                pattern = Pattern(prompt.shape[1], 0, positions < pad)
+                positions = (positions - pad).clamp_min(0)
+            self.forward(prompt, positions.expand(prompt.shape[0], -1), pattern, cache, phase="prefill", keep=1)
 
     def ntp_step(self, token: torch.Tensor, position: int | torch.Tensor, cache: KVCache,
-                 key_pad: torch.Tensor | None = None) -> torch.Tensor:
-        """Feed one committed token (B, 1) causally; keep its KV; return next-token logits (B, V).
-        ``position``: an int, or (B, 1) per row; ``key_pad``: see ``attention_mask``."""
-        positions = torch.full_like(token, position) if isinstance(position, int) else position
+                 key_pad: torch.Tensor | None = None, rows: list[int] | None = None) -> torch.Tensor:
+        """Feed one committed token (B, 1) causally; keep its KV; return next-token logits (B, 1, V).
+        ``position``: an int, or (B,) per row; ``key_pad``: see ``attention_mask``."""
+        if isinstance(position, int):
+            positions = torch.full_like(token, position)
+        else:  # (B,): rows of a batch that have stopped run past their end, kept inside the model's range
+            positions = position[:, None].clamp_max((self.lm.max_positions or 1 << 62) - 1)
         pattern = None if key_pad is None else Pattern(1, 0, key_pad)  # None: it sees the whole cache
-        return self.forward(token, positions, pattern, cache, keep=1)[:, -1]
+        return self.forward(token, positions, pattern, cache, keep=1, rows=rows)
 
     def block_step(self, pending: torch.Tensor, block: torch.Tensor, start: int | torch.Tensor, cache: KVCache,
-                   key_pad: torch.Tensor | None = None) -> torch.Tensor:
+                   key_pad: torch.Tensor | None = None, rows: list[int] | None = None) -> torch.Tensor:
         """One SBD forward: ``pending`` (B, n) committed tokens at start-n..start-1, causal (their KV is
         kept: it is exact), then ``block`` (B, k) at start..start+k-1, bidirectional (its KV depends on
         the masks and is dropped). Returns the block's logits (B, k, V); logit i predicts token i.
         ``start``: an int, or (B,) per row; ``key_pad``: see ``attention_mask``."""
-        return self._carry(pending, block, start, cache, key_pad, keep=block.shape[1])
+        return self._carry(pending, block, start, cache, key_pad, block.shape[1], rows)
 
     def carry_step(self, pending: torch.Tensor, block: torch.Tensor, start: int | torch.Tensor, cache: KVCache,
-                   key_pad: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   key_pad: torch.Tensor | None = None, rows: list[int] | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
         """``block_step`` that also returns the logits of the carried tokens: ((B, n, V), (B, k, V)).
         Carried logit i is NTP's next-token prediction after pending[:, i]; verified decoding reads it."""
         n = pending.shape[1]
-        logits = self._carry(pending, block, start, cache, key_pad, keep=n + block.shape[1])
+        logits = self._carry(pending, block, start, cache, key_pad, n + block.shape[1], rows)
         return logits[:, :n], logits[:, n:]
 
-    def _carry(self, pending, block, start, cache, key_pad, keep: int) -> torch.Tensor:
+    def _carry(self, pending, block, start, cache, key_pad, keep: int, rows) -> torch.Tensor:
         """The forward of ``block_step``, returning the logits of its last ``keep`` queries."""
         n, k = pending.shape[1], block.shape[1]
         ids = torch.cat([pending, block], dim=1)
-        offsets = torch.arange(-n, k, device=block.device)
-        if isinstance(start, int):
-            positions = (start + offsets)[None].expand(ids.shape[0], -1)
-        else:
-            positions = start.to(block.device)[:, None] + offsets  # (B, n + k)
-        if self.lm.max_positions is not None:  # only idle slots of a batched row can pass the end
-            positions = positions.clamp_max(self.lm.max_positions - 1)
-        positions = positions.clamp_min(0)  # only hidden filler slots of a batched row fall before 0
-        logits = self.forward(ids, positions, Pattern(n, k, key_pad), cache, keep=keep)
+        if isinstance(start, int):  # every row alike (batch 1): the positions are real ones
+            positions = torch.arange(start - n, start + k, device=block.device)[None].expand(ids.shape[0], -1)
+        else:  # (B, n + k): idle slots of a batched row can pass the end, hidden filler slots fall before 0
+            positions = start.to(block.device)[:, None] + torch.arange(-n, k, device=block.device)
+            positions = positions.clamp(0, (self.lm.max_positions or 1 << 62) - 1)
+        logits = self.forward(ids, positions, Pattern(n, k, key_pad), cache, keep=keep, rows=rows)
         cache.rollback(k)
         return logits
 
-    # -------------------------------------------------------------------------------- the loop
+    def next_tokens(self, logits: torch.Tensor) -> torch.Tensor:
+        """NTP's token from next-token logits (..., V) -> (...): the argmax (temperature 0)."""
+        return logits.argmax(-1)
+
+    # ------------------------------------------------------------------------------- the loops
     def generate(self, prompt_ids: list[int], solver: Solver) -> Generation:
-        device = self.lm.device
-        self.check_prompt(prompt_ids)
+        return self.generate_batch([prompt_ids], solver)[0]
+
+    def generate_batch(self, prompts: list[list[int]], solver: Solver) -> list[Generation]:
+        """Decode ``prompts`` together (see the module docstring); one ``Generation`` per prompt."""
+        if not prompts:
+            return []
+        for ids in prompts:
+            self.check_prompt(ids)
+        device, longest, k = self.lm.device, max(map(len, prompts)), self.block_size
         self.counters = Counters()
-        cache = self.new_cache(1, len(prompt_ids) + self._budget(len(prompt_ids)) + 2 * self.block_size)
-        prompt = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+        rows = [_Row(len(p), self._budget(len(p)), longest - len(p),
+                     None if solver.deterministic else torch.Generator().manual_seed(self.seed)) for p in prompts]
+        pad_id = getattr(self.lm.tokenizer, "pad_token_id", None) or 0
+        ids = torch.tensor([[pad_id] * r.pad + p for r, p in zip(rows, prompts)], dtype=torch.long, device=device)
+        cache = self.new_cache(len(rows), longest + max(r.budget for r in rows) + 2 * k)
         t0 = _clock(device)
-        self.prefill(prompt[:, :-1], cache)  # 1. prefill all but the last prompt token
+        self.prefill(ids[:, :-1], cache, [r.pad for r in rows])  # 1. prefill all but the last prompt token
         t1 = _clock(device)
         try:
             if solver.decodes_blocks and solver.verify:  # 2. decode
-                state = self._decode_verified(prompt, solver, cache)
+                self._decode_verified(rows, ids[:, -1].tolist(), solver, cache)
             elif solver.decodes_blocks:
-                state = self._decode_blocks(prompt, solver, cache)
+                self._decode_blocks(rows, ids[:, -1:], solver, cache)
             else:
-                state = self._decode_ntp(prompt, cache)
+                self._decode_ntp(rows, ids[:, -1:], cache)
         except SolverContractError:  # NaN logits make any solver look broken: the model is named instead
             check_logits(self.lm, self.last_logits, f"forward {self.counters.nfe} of {solver.label}")
             raise
         t2 = _clock(device)
-        output_ids, stop_reason, revealed, per_block, *verdicts = state
-        return Generation(
-            output_ids=output_ids, stop_reason=stop_reason, nfe=self.counters.nfe,
-            prefill_forwards=self.counters.prefill_forwards, revealed_per_forward=revealed,
-            forwards_per_block=per_block, prefill_time_s=t1 - t0, decode_time_s=t2 - t1,
-            output_text=self._text(output_ids, stop_reason), **(verdicts[0] if verdicts else {}),
-        )
+        batch = len(rows)
+        return [Generation(
+            output_ids=r.out, stop_reason=r.stop_reason, nfe=self.counters.row_nfe[b],
+            prefill_forwards=int(r.prompt_len > 1), revealed_per_forward=r.revealed,
+            forwards_per_block=r.blocks["forwards_per_block"], prefill_time_s=(t1 - t0) / batch,
+            decode_time_s=(t2 - t1) / batch, output_text=self._text(r.out, r.stop_reason),
+            **({name: r.blocks[name] for name in BLOCK_FIELDS[1:]} if solver.verify else {}),
+        ) for b, r in enumerate(rows)]
 
-    def _decode_ntp(self, prompt: torch.Tensor, cache: KVCache):
-        out: list[int] = []
-        token, position, budget = prompt[:, -1:], prompt.shape[1] - 1, self._budget(prompt.shape[1])
-        while True:
-            logits = self.ntp_step(token, position, cache)  # (1, V)
-            token = logits.argmax(-1, keepdim=True)  # (1, 1)
-            out.append(int(token))
-            position += 1
-            cut, reason = self._stop(out, len(out), budget, first_new=len(out) - 1)
-            if cut is not None:
-                out = out[:cut]
-                k = self.block_size  # NTP spends one forward per token: group them by block for reports
-                per_block = [min(k, len(out) - i) for i in range(0, len(out), k)]
-                return out, reason, [1] * len(out), per_block
+    def _decode_ntp(self, rows: list[_Row], token: torch.Tensor, cache: KVCache) -> None:
+        """One forward per token, every row that has not stopped; ``token`` (B, 1): the last prompt token."""
+        position = self._per_row([r.prompt_len - 1 for r in rows])
+        while working := [b for b, r in enumerate(rows) if not r.stop_reason]:
+            logits = self.ntp_step(token, position, cache, self._key_pad(rows, cache, 1), working)  # (B, 1, V)
+            token, position = self.next_tokens(logits), position + 1  # (B, 1)
+            picked = token.tolist()  # the forward's one device read
+            for b in working:
+                r = rows[b]
+                r.out.append(picked[b][0])
+                cut, reason = self._stop(r.out, len(r.out), r.budget, first_new=len(r.out) - 1)
+                if cut is not None:
+                    r.stop(cut, reason)
+                    r.revealed = [1] * len(r.out)  # NTP spends one forward per token: grouped by block
+                    r.blocks["forwards_per_block"] = [min(self.block_size, len(r.out) - i)
+                                                      for i in range(0, len(r.out), self.block_size)]
 
-    def _decode_blocks(self, prompt: torch.Tensor, solver: Solver, cache: KVCache):
-        lm, device = self.lm, self.lm.device
-        generator = torch.Generator().manual_seed(self.seed)
-        out: list[int] = []
-        revealed: list[int] = []
-        per_block: list[int] = []
-        pending, start, budget = prompt[:, -1:], prompt.shape[1], self._budget(prompt.shape[1])
-        while True:
-            size = self._block_room(start)
-            block = torch.full((1, size), lm.mask_token_id, dtype=torch.long, device=device)
-            masked = torch.ones(1, size, dtype=torch.bool, device=device)
-            reveal_step = [-1] * size  # the forward that revealed each slot; -1: still masked (host side)
-            step, cut, reason = 0, None, ""
-            while cut is None:
-                if step == 0:  # first forward: the finished block (or last prompt token) is committed now
-                    logits = self.block_step(pending, block, start, cache)
-                else:
-                    logits = self.block_step(block[:, :0], block, start, cache)
-                chosen, block = _choose(solver, logits, masked, block, step, generator)
-                masked &= ~chosen
-                tokens, picked = to_host(block, chosen)  # the forward's one device synchronisation
-                _check_reveal(solver, picked, [[s < 0 for s in reveal_step]])
-                reveal_step = [step if c else s for s, c in zip(reveal_step, picked[0])]
-                step += 1
-                filled = next((i for i, s in enumerate(reveal_step) if s < 0), size)  # contiguous prefix
-                cut, reason = self._stop(out + tokens[0][:filled], len(out) + filled, budget,
-                                         block_done=min(reveal_step) >= 0, first_new=len(out))
-            kept = max(0, cut - len(out))
-            out += tokens[0][:kept]
-            revealed += [reveal_step[:kept].count(s) for s in range(step)]
-            per_block.append(step)
-            if reason != "block_done":
-                return out[:cut], reason, revealed, per_block
-            pending, start = block, start + size
+    def _decode_blocks(self, rows: list[_Row], pending: torch.Tensor, solver: Solver, cache: KVCache) -> None:
+        """Block decoding; ``pending`` (B, n): the last prompt token, then each finished block, committed in
+        the next block's first forward."""
+        while any(not r.stop_reason for r in rows):
+            starts = [cache.length - r.pad + pending.shape[1] for r in rows]
+            block = self._open_blocks(rows, starts)
+            start, carried, step = self._per_row(starts), pending, 0
+            while working := [b for b, r in enumerate(rows) if r.open]:
+                key_pad = self._key_pad(rows, cache, carried.shape[1], block.shape[1])
+                logits = self.block_step(carried, block, start, cache, key_pad, working)
+                block, tokens = self._reveal(solver, logits, block, rows, working, step)
+                carried, step = pending[:, :0], step + 1
+                for b in working:
+                    r = rows[b]
+                    cut, reason = self._block_stop(r, tokens[b], committed=0)
+                    if cut is None:
+                        continue
+                    kept = max(0, cut - len(r.out))  # the block's tokens are committed at its end
+                    r.out += tokens[b][:kept]
+                    r.revealed += [r.reveal_step[:kept].count(s) for s in range(step)]
+                    r.end_block(forwards=step)
+                    if reason != "block_done":
+                        r.stop(cut, reason)
+            pending = block
 
-    def _decode_verified(self, prompt: torch.Tensor, solver: Solver, cache: KVCache):
+    def _decode_verified(self, rows: list[_Row], last: list[int], solver: Solver, cache: KVCache) -> None:
         """Verified block decoding (docs/decoding.md, 'Verified decoding'). Each block's first forward carries the
-        last committed token and the previous block's drafts causally: a draft is committed only where
-        it equals NTP's argmax after the tokens before it (``verify_drafts``); the first that differs is
-        replaced by NTP's token, the rest are dropped and their keys/values rolled back. NTP's token
-        after the last carried one is exact: it is the block's first position. Stops and the budget see
-        committed tokens only, so the output is NTP's, token for token."""
-        lm, device = self.lm, self.lm.device
-        generator = torch.Generator().manual_seed(self.seed)
-        out: list[int] = []
-        revealed: list[int] = []  # tokens committed by each forward
-        blocks = _new_blocks()
-        pending, final, budget = prompt[0, -1:].tolist(), False, self._budget(prompt.shape[1])
-        while True:
-            # 1. carry pending (its last draft too, unless final: drafting ended at a stop or the budget).
-            # The solver drafts the new block in the same step, as if every draft were accepted, so that the
-            # forward's results come to the host in one read; that draft is void if NTP rejects one.
-            carried = pending[:-1] if final else pending
-            n, start = len(carried), prompt.shape[1] - 1 + len(out) + len(carried)  # pending[0] at P - 1 + len(out)
-            size = 0 if final else self._block_room(start)
-            block = torch.full((1, size), lm.mask_token_id, dtype=torch.long, device=device)
-            ntp_logits, logits = self.carry_step(torch.tensor([carried], device=device), block, start, cache)
-            ntp = ntp_logits.argmax(-1)  # (1, n)
-            still, chosen = [False] + [True] * (size - 1), torch.zeros(1, size, dtype=torch.bool, device=device)
-            if size:
+        last committed token and the previous block's drafts causally, right-aligned over the rows: a draft
+        is committed only where it equals NTP's token after the tokens before it (``_verify``). NTP's token
+        after the last carried one is exact: it is the block's first position; the solver drafts the rest
+        in the same step, as if every draft were accepted (one device read per forward), void for a row
+        that rejects. Stops and the budget see committed tokens only, so the output is NTP's."""
+        device, filler = self.lm.device, self.lm.mask_token_id
+        for r, token in zip(rows, last):
+            r.pending = [token]
+        while live := [b for b, r in enumerate(rows) if not r.stop_reason]:
+            # 1. carry pending (its last draft too, unless final: drafting ended at a stop or the budget)
+            carried = [[] if r.stop_reason else r.pending[:-1] if r.final else r.pending for r in rows]
+            n = max(map(len, carried))
+            starts = [cache.length - r.pad + len(c) for r, c in zip(rows, carried)]
+            block = self._open_blocks(rows, starts, first=0)  # the first slot is NTP's, set below
+            tokens = torch.tensor([[filler] * (n - len(c)) + c for c in carried], device=device)
+            key_pad = self._key_pad(rows, cache, n, block.shape[1], carried)
+            ntp_logits, logits = self.carry_step(tokens, block, self._per_row(starts), cache, key_pad, live)
+            ntp = self.next_tokens(ntp_logits)  # (B, n); a row's last carried token is at n - 1
+            if block.shape[1]:
                 block[:, 0] = ntp[:, -1]  # NTP's token after the last carried one: the block's first position
-            if size > 1:
-                chosen, block = _choose(solver, logits, torch.tensor([still], device=device), block, 0, generator)
-            (ntp_host,), (tokens,), (picked,) = to_host(ntp, block, chosen)  # the forward's one device read
-            if size > 1:
-                _check_reveal(solver, [picked], [still])
-            new, accepted, replaced = verify_drafts(pending, ntp_host)
-            cache.rollback(n - 1 - accepted if replaced else 0)  # keys/values of rejected drafts
-            if blocks["drafted_per_block"]:  # the previous block's drafts are judged now
-                blocks["accepted_per_block"][-1], blocks["replaced_per_block"][-1] = accepted, int(replaced)
-            first_new = len(out)
-            out += new
-            revealed.append(len(new))
-            cut, reason = self._stop(out, len(out), budget, first_new=first_new)
-            if cut is not None or replaced or final:  # no block to draft: it would start elsewhere
-                _end_block(blocks, forwards=1, drafted=0)
-                if cut is not None:
-                    revealed[-1] -= len(out) - cut
-                    return out[:cut], reason, revealed, blocks.pop("forwards_per_block"), blocks
-                pending, final = out[-1:], False
-                continue
-            # 2. the draft goes on, a forward of the block alone each time, until the block is full or a stop
-            # or the budget among the drafts ends it (drafting, not generation)
-            still, step = [m and not c for m, c in zip(still, picked)], 0
+            working = [b for b in live if rows[b].size > 1]
+            block, ntp_host, drafts = self._reveal(solver, logits, block, rows, working, 0, ntp)
+            kept = [0] * len(rows)  # carried keys/values that stay
+            for b in live:
+                kept[b] = self._verify(rows[b], ntp_host[b][n - len(carried[b]):], len(carried[b]))
+            self._realign(cache, rows, carried, kept, n)
+            # 2. the draft goes on, a forward of the blocks alone each time, until a row's block is full or a
+            # stop or the budget among its drafts ends it (drafting, not generation)
+            step = 0
             while True:
-                filled = next((i for i, m in enumerate(still) if m), size)  # contiguous prefix
-                cut, reason = self._stop(out + tokens[1:filled], len(out) + filled - 1, budget,
-                                         block_done=not any(still), first_new=len(out))
-                if cut is not None:
+                for r, row_drafts in zip(rows, drafts):
+                    cut, reason = self._block_stop(r, row_drafts, committed=1) if r.open else (None, "")
+                    if cut is not None:
+                        r.end_block(forwards=step + 1, drafted=cut - len(r.out))
+                        r.pending, r.final = row_drafts[: 1 + cut - len(r.out)], reason != "block_done"
+                if not (drafting := [b for b, r in enumerate(rows) if r.open]):
                     break
-                logits = self.block_step(block[:, :0], block, start, cache)
-                revealed.append(0)  # drafting forwards commit nothing
+                start = self._per_row([cache.length - r.pad for r in rows])
+                logits = self.block_step(block[:, :0], block, start, cache,
+                                         self._key_pad(rows, cache, 0, block.shape[1]), drafting)
                 step += 1
-                chosen, block = _choose(solver, logits, torch.tensor([still], device=device), block, step, generator)
-                block_host, chosen_host = to_host(block, chosen)  # the forward's one device read
-                _check_reveal(solver, chosen_host, [still])
-                tokens, still = block_host[0], [m and not c for m, c in zip(still, chosen_host[0])]
-            _end_block(blocks, forwards=step + 1, drafted=cut - len(out))
-            pending, final = tokens[: 1 + cut - len(out)], reason != "block_done"
+                for b in drafting:
+                    rows[b].revealed.append(0)  # drafting forwards commit nothing
+                block, drafts = self._reveal(solver, logits, block, rows, drafting, step)
+
+    # ------------------------------------------------------------------ the loops' shared parts
+    def _open_blocks(self, rows: list[_Row], starts: list[int], first: int = -1) -> torch.Tensor:
+        """A new block for every row that goes on, at ``starts``: all masked, (B, widest); ``first``: the
+        first slot's ``reveal_step`` (0: revealed by the first forward)."""
+        for r, start in zip(rows, starts):
+            r.size = 0 if r.stop_reason or r.final else self._block_room(start)
+            r.reveal_step, r.open = ([first] + [-1] * (r.size - 1))[: r.size], r.size > 0
+        return torch.full((len(rows), max(r.size for r in rows)), self.lm.mask_token_id, dtype=torch.long,
+                          device=self.lm.device)
+
+    def _per_row(self, values: list[int]) -> int | torch.Tensor:
+        """Positions: one int when every row has the same (always at batch 1), else (B,) on the device."""
+        return values[0] if values.count(values[0]) == len(values) else torch.tensor(values, device=self.lm.device)
+
+    def _key_pad(self, rows: list[_Row], cache, n: int, width: int = 0, carried: list[list[int]] | None = None):
+        """(B, cache.length + n + width) True where a row may not look: its padding columns, the filler
+        slots before its ``carried`` tokens (right-aligned in n), its block's slots past its size. None
+        where no row hides anything (batch 1)."""
+        if len(rows) == 1:
+            return None  # a lone row hides nothing
+        fill = [n - len(c) for c in carried] if carried else [0] * len(rows)
+        if not (any(r.pad for r in rows) or any(fill) or width and any(r.size < width for r in rows)):
+            return None
+        length, device = cache.length, self.lm.device
+        bounds = torch.tensor([[r.pad, length + f, length + n + (r.size if width else 0)] for r, f in zip(rows, fill)],
+                              device=device)
+        columns = torch.arange(length + n + width, device=device)
+        filler = (columns >= length) & (columns < bounds[:, 1:2])
+        return (columns < bounds[:, :1]) | filler | (columns >= bounds[:, 2:])
+
+    def _reveal(self, solver: Solver, logits: torch.Tensor, block: torch.Tensor, rows: list[_Row],
+                working: list[int], step: int, *also: torch.Tensor):
+        """The solver's choice for the rows with work, set in ``block``; the forward's one device read (of
+        ``also`` and the block); the choice kept in each row's ``reveal_step`` (contract checked). Returns
+        (the block, host rows of each of ``also``, host rows of the block)."""
+        if not working:
+            return block, *to_host(*also, block)
+        chosen, block = self._choose(solver, logits, block, rows, working, step)
+        *host, picked = to_host(*also, block, chosen)
+        for b in working:
+            r, row_chosen = rows[b], picked[b]
+            if any(c and s >= 0 for c, s in zip(row_chosen, r.reveal_step)):
+                raise SolverContractError(f"solver '{solver.name}' revealed a position that was already revealed")
+            if not any(row_chosen):
+                raise SolverContractError(f"solver '{solver.name}' revealed nothing in a forward; "
+                                          "reveal at least one position")
+            r.reveal_step = [step if c else s for s, c in zip(r.reveal_step, row_chosen)]
+        return block, *host
+
+    def _choose(self, solver: Solver, logits: torch.Tensor, block: torch.Tensor, rows: list[_Row],
+                working: list[int], step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One solver decision over the working rows: (chosen (B, w) bool, the block with the chosen slots
+        set to their argmax). One batched call when they share a block size and the solver draws nothing;
+        else row by row, each row with its own generator, so that its draws match batch 1's."""
+        batch, width = block.shape
+        sizes = {rows[b].size for b in working}
+        if solver.deterministic and len(sizes) == 1:
+            groups = [(working, sizes.pop(), None)]
+        else:
+            groups = [([b], rows[b].size, rows[b].generator) for b in working]
+        chosen = tokens = None
+        for idx, size, generator in groups:
+            whole = len(idx) == batch and size == width  # batch 1: the view is the block itself
+            # a slot is masked while it holds the mask token (never emitted): no copy to the device, which
+            # would wait for the forward before the solver's work is queued
+            masked = (block if whole else block[idx, :size]) == self.lm.mask_token_id
+            view = BlockView(logits=logits if whole else logits[idx, :size], masked=masked, step=step,
+                             generator=generator)
+            picked = solver.select(view)
+            if picked.dtype != torch.bool or picked.shape != masked.shape:
+                raise SolverContractError(f"solver '{solver.name}' returned {picked.dtype} {tuple(picked.shape)}; "
+                                          f"select must return a bool tensor shaped like view.masked "
+                                          f"{tuple(masked.shape)}")
+            if whole:
+                return picked, torch.where(picked, view.tokens, block)
+            if chosen is None:
+                chosen, tokens = torch.zeros(block.shape, dtype=torch.bool, device=block.device), torch.zeros_like(block)
+            chosen[idx, :size], tokens[idx, :size] = picked, view.tokens
+        return chosen, torch.where(chosen, tokens, block)
+
+    def _block_stop(self, r: _Row, tokens: list[int], committed: int):
+        """``_stop`` over the row's output and its block's revealed prefix (host ``tokens``), the block's
+        first ``committed`` slots being in the output already (verified: NTP's token)."""
+        filled = next((i for i, s in enumerate(r.reveal_step) if s < 0), r.size)  # contiguous prefix
+        return self._stop(r.out + tokens[committed:filled], len(r.out) + filled - committed, r.budget,
+                          block_done=filled == r.size, first_new=len(r.out))
+
+    def _verify(self, r: _Row, ntp: list[int], carried: int) -> int:
+        """After a block's first forward, one row: its drafts judged (``verify_drafts``), the tokens
+        committed, a stop; the block ends here when a draft was replaced, the drafts were final or the row
+        stopped (a block to draft would start elsewhere). Returns how many carried keys/values stay."""
+        new, accepted, replaced = verify_drafts(r.pending, ntp)
+        if r.blocks["drafted_per_block"]:  # the previous block's drafts are judged now
+            r.blocks["accepted_per_block"][-1], r.blocks["replaced_per_block"][-1] = accepted, int(replaced)
+        first_new = len(r.out)
+        r.out += new
+        r.revealed.append(len(new))
+        cut, reason = self._stop(r.out, len(r.out), r.budget, first_new=first_new)
+        if cut is not None or replaced or r.final:
+            r.end_block(forwards=1)
+            if cut is not None:
+                r.revealed[-1] -= len(r.out) - cut
+                r.stop(cut, reason)
+            else:
+                r.pending, r.final = r.out[-1:], False
+        return accepted + 1 if replaced else carried
+
+    def _realign(self, cache, rows: list[_Row], carried: list[list[int]], kept: list[int], n: int) -> None:
+        """After a first forward that appended ``n`` columns (row b's carried tokens at the right end):
+        keep row b's first ``kept[b]`` carried tokens and drop the rest, filler included, so that every
+        live row's columns end at the new shared end; its padding grows by what the others kept more."""
+        live = [b for b, r in enumerate(rows) if not r.stop_reason]
+        if not live:
+            return
+        if all(len(carried[b]) == n and kept[b] == kept[live[0]] for b in live):  # all alike: a rollback does
+            cache.rollback(n - kept[live[0]])
+            return
+        before = cache.length - n
+        own = {b: before - rows[b].pad for b in live}  # a row's positions cached before the forward
+        width = max(own[b] + kept[b] for b in live)
+        columns = torch.arange(width)
+        source = columns.clamp_max(before + n - 1)[None].repeat(len(rows), 1)  # finished rows: anything
+        for b in live:
+            i = columns - (width - own[b] - kept[b])  # index into the row's own positions
+            source[b] = torch.where(i < own[b], rows[b].pad + i, before + n - len(carried[b]) + i - own[b]).clamp_min(0)
+            rows[b].pad = width - own[b] - kept[b]
+        cache.keep(source)
 
     # ----------------------------------------------------------------------------- bookkeeping
     def check_prompt(self, prompt_ids: list[int]) -> None:
@@ -380,7 +549,7 @@ class Decoder:
 
 def verify_drafts(pending: list[int], ntp: list[int]) -> tuple[list[int], int, bool]:
     """The verify rule (greedy). ``pending``: the last committed token, then the drafts; ``ntp[i]``: NTP's
-    argmax after pending[i], for every pending token (then NTP's token after the last draft starts the
+    token after pending[i], for every pending token (then NTP's token after the last draft starts the
     next block) or all but the last (a final check: nothing follows). Returns (tokens committed now,
     drafts accepted, whether a draft was replaced): the longest prefix of the drafts that agrees with
     NTP, then NTP's token, which replaces the first draft that differs or follows the last one."""
@@ -393,30 +562,6 @@ def verify_drafts(pending: list[int], ntp: list[int]) -> tuple[list[int], int, b
     return drafts + ntp[len(drafts):], accepted, False
 
 
-def _choose(solver: Solver, logits: torch.Tensor, masked: torch.Tensor, block: torch.Tensor, step: int,
-            generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """One solver decision over ``block`` (B, k), shape checked: (chosen (B, k) bool, the block with their
-    argmax set). Both block loops call it; verify mode's chosen tokens are drafts."""
-    view = BlockView(logits=logits, masked=masked.clone(), step=step, generator=generator)
-    chosen = solver.select(view)
-    _check_shape(solver, chosen, masked)
-    return chosen, torch.where(chosen, view.tokens, block)
-
-
-VERIFIED_BLOCK_FIELDS = ("forwards_per_block", "drafted_per_block", "accepted_per_block", "replaced_per_block")
-
-
-def _new_blocks() -> dict[str, list[int]]:
-    """The per-block records of one verified generation (``Generation``), empty."""
-    return {name: [] for name in VERIFIED_BLOCK_FIELDS}
-
-
-def _end_block(blocks: dict[str, list[int]], forwards: int, drafted: int) -> None:
-    """Close a block of verified decoding; its drafts are judged at the next block's first forward."""
-    for name, value in zip(VERIFIED_BLOCK_FIELDS, (forwards, drafted, 0, 0)):
-        blocks[name].append(value)
-
-
 def to_host(*tensors: torch.Tensor) -> list[list[list]]:
     """(B, w) tensors (the carried tokens' NTP argmax, the block, the solver's choice) as lists of rows,
     bool tensors as bools, in one device-to-host copy: the only synchronisation of a block forward; the
@@ -427,21 +572,6 @@ def to_host(*tensors: torch.Tensor) -> list[list[list]]:
         parts.append([[bool(v) for v in row] for row in part] if t.dtype == torch.bool else part)
         at += t.shape[-1]
     return parts
-
-
-def _check_shape(solver: Solver, chosen: torch.Tensor, masked: torch.Tensor) -> None:
-    if chosen.dtype != torch.bool or chosen.shape != masked.shape:
-        raise SolverContractError(f"solver '{solver.name}' returned {chosen.dtype} {tuple(chosen.shape)}; "
-                                  f"select must return a bool tensor shaped like view.masked {tuple(masked.shape)}")
-
-
-def _check_reveal(solver: Solver, chosen: list[list[bool]], masked: list[list[bool]]) -> None:
-    """The reveal contract on host copies (rows of ``chosen`` and of the ``masked`` it was chosen from)."""
-    for row_chosen, row_masked in zip(chosen, masked):
-        if any(c and not m for c, m in zip(row_chosen, row_masked)):
-            raise SolverContractError(f"solver '{solver.name}' revealed a position that was already revealed")
-        if any(row_masked) and not any(row_chosen):
-            raise SolverContractError(f"solver '{solver.name}' revealed nothing in a forward; reveal at least one position")
 
 
 def _clock(device: torch.device) -> float:

@@ -110,16 +110,19 @@ class FastPath:
 
     # ----------------------------------------------------------------------------- the forward
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, pattern: Pattern | None, cache: StaticKVCache,
-                keep: int = 0) -> torch.Tensor:
+                keep: int = 0, eager: bool = False) -> torch.Tensor:
         """Float32 logits (B, keep, V) of the last ``keep`` queries (0: all), a fresh tensor. Writes the
-        Q queries' keys/values at ``cache.length``; the caller advances the cache."""
+        Q queries' keys/values at ``cache.length``; the caller advances the cache. ``eager``: neither
+        graphs nor compiled code (prefill, whose length varies; a static cache without the fast path)."""
         batch, q = ids.shape
         cache.check_room(q)
         pattern = pattern or Pattern(q)
         hidden = cache.hidden_columns(pattern.key_pad, batch)  # (B, capacity): one compiled variant for both
-        rows = self._constant("rows", pattern.n_causal, q)
-        kept = self._constant("keep", q, keep or q)
+        rows = self._constant("rows", pattern.n_causal, q, remember=not eager)
+        kept = self._constant("keep", q, keep or q, remember=not eager)
         packed = torch.stack([ids, positions.expand(batch, q), rows.expand(batch, q)])  # (3, B, Q): one input
+        if eager:
+            return self._call(_step, cache, packed, hidden, kept)
         # batch first in the key: a reallocated cache drops the graphs of its batch size (cache())
         key = (batch, q, pattern.n_causal, kept.shape[0], pattern.key_pad is None, id(cache))
         if self.use_graphs and cache.initialized:  # the first forward allocates the buffers: eager
@@ -155,8 +158,9 @@ class FastPath:
             self._compiled = torch.compile(_step, dynamic=None)
         return self._compiled
 
-    def _constant(self, kind: str, *args) -> torch.Tensor:
-        """Small tensors that never change for a shape, made once on the device (no copy per forward)."""
+    def _constant(self, kind: str, *args, remember: bool = True) -> torch.Tensor:
+        """Small tensors that never change for a shape, made once on the device (no copy per forward);
+        ``remember`` False for shapes seen once (a prefill's length)."""
         key = (kind, *args)
         value = self._constants.get(key)
         if value is None:
@@ -166,7 +170,8 @@ class FastPath:
             else:  # (keep,) the positions whose logits the core reads: the last ``keep`` of Q
                 q, keep = args
                 value = torch.arange(q - keep, q, device=self.lm.device)
-            self._constants[key] = value
+            if remember:
+                self._constants[key] = value
         return value
 
     def _capture(self, key, cache: StaticKVCache, packed, hidden, kept):
@@ -192,20 +197,6 @@ class FastPath:
         self.warmup_s += time.perf_counter() - started
         self.captures += graph is not None
         return graph
-
-
-def static_forward(lm, cache: StaticKVCache, ids: torch.Tensor, positions: torch.Tensor, pattern: Pattern | None,
-                   keep: int = 0) -> torch.Tensor:
-    """The fast path's forward run eagerly: prefill, CPU, and the fallback. Float32 logits (B, keep, V)."""
-    batch, q = ids.shape
-    cache.check_room(q)
-    pattern = pattern or Pattern(q)
-    hidden = None if pattern.key_pad is None else cache.hidden_columns(pattern.key_pad, batch)
-    rows = pattern.causal_rows(ids.device).long()
-    kept = torch.arange(q - (keep or q), q, device=ids.device)
-    packed = torch.stack([ids, positions.expand(batch, q), rows.expand(batch, q)])
-    with attention_for_static_cache(lm.model):
-        return _step(lm.model, cache.hf, packed, hidden, kept, lm.dtype, keeps_logits(lm.model))
 
 
 def _step(model, hf_cache, packed: torch.Tensor, hidden: torch.Tensor | None, kept: torch.Tensor,

@@ -1,16 +1,15 @@
 """Batched runs: the harness's records for ``--batch-size N``, decoded N examples of one task at a
-time by the core's ``BatchDecoder``, with a batch that does not fit in memory halved until it fits.
+time by the core's ``Decoder.generate_batch``, with a batch that does not fit in memory halved until it fits.
 
     >>> for record in batched_records(lm, todo, cfg): writer.write(record)
 
-Outputs and NFE equal batch 1's (core/batching.py); records come in the batch-1 order, and a sample's
+Outputs and NFE equal batch 1's (core/decoding.py); records come in the batch-1 order, and a sample's
 timings are its 1/N share of its batch's.
 """
 from __future__ import annotations
 
 import torch
 
-from ..core.batching import BatchDecoder
 from ..core.fastpath import FastPath
 from ..types import Solver, UsageError
 from .memory import MemoryMonitor
@@ -103,7 +102,7 @@ def _decode_chunk(lm, cfg, batcher: FittingBatcher, chunk: list[tuple], repeat: 
 
     def decode(part: list[int]) -> list[dict]:
         with MemoryMonitor(lm.device) as mem:
-            gens = BatchDecoder(make_decoder(lm, task, cfg)).generate([chunk[i][2] for i in part], solver)
+            gens = make_decoder(lm, task, cfg).generate_batch([chunk[i][2] for i in part], solver)
         return [sample_record(task, chunk[i][1], chunk[i][2], solver, cfg, repeat, gen, mem.result, len(part))
                 for i, gen in zip(part, gens)]
 
@@ -138,6 +137,6 @@ def warm_up_batches(lm, work: list, solvers: list[Solver], cfg) -> None:
     prompts = [ids for t, _, ids in work if t is task][: cfg.batch_size]
     for solver in solvers:
         try:
-            BatchDecoder(make_decoder(lm, task, cfg)).generate(prompts, solver)
+            make_decoder(lm, task, cfg).generate_batch(prompts, solver)
         except Exception:  # noqa: BLE001 - a batch that fails here fails (and is recorded) in the sweep
             free_memory(lm)

@@ -44,7 +44,7 @@ class RunConfig:
     threads: int | None = None  # torch CPU threads; 1 gives steadier timings on a busy machine
     chat_template: bool = False  # prompts through the tokenizer's chat template (benchmark tasks)
     thinking: bool | None = None  # the template's enable_thinking; None: its default
-    batch_size: int = 1  # sequences decoded together (batching.py); records are those of batch 1
+    batch_size: int = 1  # sequences decoded together (core/decoding.py); records are those of batch 1
     fast: bool | None = None  # preallocated cache + CUDA graphs; None: on for a model on one CUDA device
     compile: bool | None = None  # torch.compile inside the fast path's graphs; None: on with the graphs
     device_map: str | None = None  # e.g. "auto": spread a model too large for one GPU (accelerate)
@@ -117,7 +117,7 @@ def decode_sample(lm: LoadedModel, task: Task, example: Example, prompt_ids: lis
 def sample_record(task: Task, example: Example, prompt_ids: list[int], solver: Solver, cfg: RunConfig,
                   repeat: int, gen, memory: dict, batch_size: int = 1) -> dict:
     """The record of one decoded sample; at batch size B its timings and memory are its batch's,
-    the times divided by B (batching.py)."""
+    the times divided by B (core/decoding.py)."""
     correct, detail = task.verdict(example, gen.output_text)
     return {
         **_identity(task, example, prompt_ids, solver, cfg, repeat),

@@ -38,13 +38,12 @@ def measure(lm, task, prompts: list[list[int]], solver, cfg, batch_size: int, re
     returns (figures with the median wall time, per-prompt (output_ids, nfe))."""
     import statistics
 
-    from ..core.batching import BatchDecoder
     from ..core.decoding import _clock
     from .samples import make_decoder
 
     def decode(part):
         decoder = make_decoder(lm, task, cfg)
-        gens = BatchDecoder(decoder).generate(part, solver)
+        gens = decoder.generate_batch(part, solver)
         return gens, decoder.counters.nfe
 
     decode(prompts[:batch_size])  # warm-up: allocations, kernel choice, CUDA graph captures

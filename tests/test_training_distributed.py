@@ -1,10 +1,11 @@
 """`train` under torchrun on the CPU (gloo): 2 ranks train the model one process trains with the same
-global batch. Three 2-rank launches, each 20 steps of a tiny Llama in fp32 (about 20 s each on 2 cores):
+global batch. Four 2-rank launches, three of 20 steps of a tiny Llama in fp32 (about 20 s each on 2 cores):
 
   FSDP, killed (SIGKILL) after its step-10 sharded save, then resumed to step 20 and exported (it runs
         with --stop-at 15: if the kill comes late, the run has saved step 15 and left; either way the
         resumed run must give the uninterrupted losses)
   DDP with --grad-accum 2 and one sequence per rank (the same global batch of 4)
+  --measure-throughput 2 (SBD and NTP side by side on both ranks, a ratio per window)
 and in-process: the one-process reference (batch 4), --grad-accum 2 against the doubled batch, and the
 FSDP checkpoint of step 10 resumed in one process (a checkpoint of another world size is resharded).
 """
@@ -33,10 +34,10 @@ FLAGS = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]
 REL = 1e-5  # fp32, same global batch: the ranks' slices sum in another order, nothing more
 
 
-def torchrun(out: Path, port: int, *flags: str, kill_at: str | None = None) -> subprocess.CompletedProcess | str:
+def torchrun(out: Path | None, port: int, *flags: str, kill_at: str | None = None) -> subprocess.CompletedProcess | str:
     """2 ranks of `train`. ``kill_at``: SIGKILL the whole process group when a log line starts with it."""
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={port}",
-            "-m", "sbd_bench", "train", "--out", str(out), *FLAGS, *flags]
+            "-m", "sbd_bench", "train", *(["--out", str(out)] if out else []), *FLAGS, *flags]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     if kill_at is None:
         return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -140,3 +141,14 @@ def test_grad_accum_equals_the_doubled_batch(runs, tmp_path):
     root, _, _ = runs
     train(TrainConfig(out=str(tmp_path / "accum"), batch_size=2, grad_accum=2, **TINY), log=lambda line: None)
     assert close(losses(tmp_path / "accum"), losses(root / "one"))
+
+
+def test_throughput_is_measured_per_window_under_torchrun():
+    """SBD and NTP copies side by side on both ranks, the global batch, a ratio per --log-every window."""
+    done = torchrun(None, 29634, "--measure-throughput=2", "--batch-size=2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert (result["world_size"], result["strategy"], result["global_batch_size"], result["steps"]) == (2, "fsdp", 4, 2)
+    assert [w["steps"] for w in result["windows"]] == [1, 2] and all(w["sbd_over_ntp"] > 0 for w in result["windows"])
+    windows = [line for line in done.stderr.splitlines() if "SBD/NTP =" in line]
+    assert len(windows) == 3 and windows[0].startswith("[1/2] SBD ")  # rank 0 alone: two windows, then the total

@@ -68,6 +68,16 @@ class Parallel:
         dist.all_gather_object(values, value)
         return values
 
+    def broadcast(self, obj):
+        """Rank 0's Python object, on every rank."""
+        if not self.distributed:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
     def close(self) -> None:
         if self.distributed:
             import torch.distributed as dist
@@ -134,17 +144,42 @@ def wrap(model, cfg: TrainConfig, par: Parallel):
         mesh = init_device_mesh(par.device.type, (par.world,))
         policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
                   if par.device.type == "cuda" else MixedPrecisionPolicy())
+        full = model.state_dict() if par.main else {}  # rank 0's weights (the others may hold shapes only)
         for layer in decoder_layers(model):
             fully_shard(layer, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
-        return model.to(par.device)
-    model = model.to(par.device)
-    if par.strategy == "ddp":
+        model = _materialise(model, par)
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        _broadcast_buffers(model)
+        return model
+    model = _materialise(model, par) if par.strategy == "ddp" else model.to(par.device)
+    if par.strategy == "ddp":  # DDP's constructor copies rank 0's parameters and buffers to every rank
         from torch.nn.parallel import DistributedDataParallel
 
         return DistributedDataParallel(model, device_ids=[par.local_rank] if par.device.type == "cuda" else None,
                                        gradient_as_bucket_view=True)  # no second copy of the gradients
     return model
+
+
+def _materialise(model, par):
+    """A model built on the meta device (shapes only: ranks > 0) gets real, uninitialised storage on
+    the rank's device; rank 0's values are copied into it next."""
+    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        model = model.to_empty(device=par.device)
+        if par.strategy != "fsdp" and hasattr(model, "tie_weights"):
+            model.tie_weights()  # to_empty gives each module its own tensor: tie the embeddings again
+        return model
+    return model.to(par.device)
+
+
+def _broadcast_buffers(model) -> None:
+    """Buffers that are no part of the state dict (rotary frequencies): rank 0's, on every rank."""
+    import torch.distributed as dist
+
+    for buffer in model.buffers():
+        dist.broadcast(buffer, src=0)
 
 
 def unwrapped(model):

@@ -149,10 +149,9 @@ def prepare(cfg: TrainConfig, par, source: Path | None, from_checkpoint: bool, o
     import torch
 
     from .data import fit_to_context, training_groups
-    from .model import build_model
     from .parallel import wrap
 
-    model, tokenizer = build_model(cfg, source, from_checkpoint)
+    model, tokenizer = build_on_ranks(cfg, par, source, from_checkpoint)
     max_positions = getattr(model.config, "max_position_embeddings", None)
     from_file = Path(cfg.data).suffix in (".jsonl", ".gz") or Path(cfg.data).is_file()
     warn = log if par.main else (lambda line: None)
@@ -166,6 +165,28 @@ def prepare(cfg: TrainConfig, par, source: Path | None, from_checkpoint: bool, o
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
                                   weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     return model, tokenizer, optimizer, groups
+
+
+def build_on_ranks(cfg: TrainConfig, par, source: Path | None, from_checkpoint: bool = False):
+    """(model, tokenizer). Under torchrun rank 0 alone builds (or loads) the weights in host memory;
+    the other ranks build the same modules on the meta device (shapes, no memory) from rank 0's config,
+    and ``wrap`` copies rank 0's weights into their shards or replicas: a node holds the fp32 model in
+    host memory once, not once per GPU. LoRA runs build on every rank (one GPU is its use)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from .model import build_model
+
+    if par.world == 1 or cfg.lora_rank:
+        return build_model(cfg, source, from_checkpoint)
+    model, tokenizer = build_model(cfg, source, from_checkpoint) if par.main else (None, None)
+    config, tokenizer = par.broadcast((model.config, tokenizer) if par.main else None)
+    if not par.main:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
+        model.tie_weights()  # as rank 0's model: one parameter for tied embeddings
+    assert len(list(model.parameters())) == par.broadcast(len(list(model.parameters()))), "ranks build other modules"
+    return model, tokenizer
 
 
 def check_resume(cfg: TrainConfig, out: Path) -> tuple[Path, dict]:
@@ -324,7 +345,7 @@ def measure_throughput(cfg: TrainConfig, steps: int, log=print, par=None) -> dic
     import torch
 
     from .data import fit_to_context, training_groups
-    from .model import build_model, check_peft
+    from .model import check_peft
     from .parallel import autocast, check_launch, mask_dtype, start, wrap
 
     check_launch(cfg)
@@ -335,7 +356,7 @@ def measure_throughput(cfg: TrainConfig, steps: int, log=print, par=None) -> dic
     if not par.main:
         log = lambda line: None  # noqa: E731
     try:
-        model, tokenizer = build_model(cfg, Path(cfg.base) if cfg.base else None)
+        model, tokenizer = build_on_ranks(cfg, par, Path(cfg.base) if cfg.base else None)
         groups = training_groups(cfg.data, tokenizer, cfg.train_examples, cfg.seed, warn=log)
         groups = fit_to_context(groups, cfg.block_size, getattr(model.config, "max_position_embeddings", None),
                                 Path(cfg.data).is_file(), log)

@@ -115,6 +115,14 @@ def test_the_two_rank_exports_equal_the_one_process_weights_and_decode(runs, tmp
         assert max(float((one[k] - other[k]).abs().max()) for k in one) <= 1e-6
         for file in ("config.json", "tokenizer.json", "tokenizer_config.json", "training_stages.jsonl"):
             assert (root / name / file).is_file()
+    # --export in one process from the 2-rank sharded checkpoint: the folder the run itself exported
+    from sbd_bench.training.checkpoint import export_checkpoint
+
+    exported = export_checkpoint(root / "fsdp", tmp_path / "exported", log=lambda line: None)
+    again = load_file(exported / "model.safetensors")
+    fsdp = load_file(root / "fsdp" / "model.safetensors")
+    assert sorted(again) == sorted(fsdp) and all(torch.equal(again[k], fsdp[k]) for k in fsdp)
+    assert (exported / "training_stages.jsonl").read_text() == (root / "fsdp" / "training_stages.jsonl").read_text()
     config = json.loads((root / "fsdp" / "config.json").read_text())
     assert config["mask_token_id"] == json.loads((root / "one" / "config.json").read_text())["mask_token_id"]
     rc = main(["run", "--model", str(root / "fsdp"), "--solver", "all", "--task", "reverse", "--limit", "2",

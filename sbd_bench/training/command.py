@@ -156,7 +156,8 @@ def _cmd_train(args) -> int:
             out = train(cfg, log=say)
     except KeyboardInterrupt:
         return _interrupted(cfg)
-    _stdout({"out": str(out), "steps": cfg.steps, "objective": cfg.objective})
+    _stdout({"out": str(out), "steps": cfg.steps, "objective": cfg.objective,
+             "stopped_at": cfg.stop_at if cfg.stop_at and cfg.stop_at < cfg.steps else None})
     return 0
 
 

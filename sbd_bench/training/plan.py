@@ -172,13 +172,17 @@ def cmd_plan(args) -> int:
     result = plan(model, world, strategy, batch, args.seq_len, args.objective, args.activation_checkpointing, cuda,
                   trained, args.gpu_memory)
     ac = ", activation checkpointing" if result.activation_checkpointing else ""
-    print(f"plan: {name}, {result.parameters / 1e9:.3f}B parameters ({result.trained / 1e9:.3f}B trained), {strategy} on "
-          f"{world} GPU(s), batch {batch} x {args.seq_len} tokens per GPU ({args.objective}{ac}), "
+    def count(n: int) -> str:
+        return f"{n / 1e9:.3f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
+
+    unit = "GPU" if cuda else "process"
+    print(f"plan: {name}, {count(result.parameters)} parameters ({count(result.trained)} trained), {strategy} on "
+          f"{world} {unit}(s), batch {batch} x {args.seq_len} tokens per {unit} ({args.objective}{ac}), "
           f"{'bf16 compute' if cuda else 'fp32'}", file=sys.stderr)
     labels = {"weights": "weights (fp32 master)", "in_flight": "weights in flight", "gradients": "gradients",
               "optimizer": "optimizer (AdamW)", "activations": "activations", "total": "total"}
     for key, label in labels.items():
-        print(f"  {label:<22} {getattr(result, key):8.2f} GB per GPU", file=sys.stderr)
+        print(f"  {label:<22} {getattr(result, key):8.2f} GB per {unit}", file=sys.stderr)
     verdict = "fits" if result.fits else "does NOT fit"
     print(f"  {verdict} in {args.gpu_memory:g} GB (allocator cache and CUDA context not counted)", file=sys.stderr)
     print(json.dumps({**asdict(result), "total": result.total, "fits": result.fits, "model": name}))

@@ -14,6 +14,7 @@ resumed run continues exactly as the uninterrupted one (checkpoint.py).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -240,12 +241,55 @@ def train(cfg: TrainConfig, log=print, par=None) -> Path:
 
 
 def _train(cfg: TrainConfig, par, out: Path, base: Path | None, resume_from: Path | None, log) -> Path:
-    import torch
-
+    """1. model, data, optimizer; 2. the checkpoint, or a new stage; 3. the steps, logged per window
+    and saved every --save-every; 4. the export (not after --stop-at)."""
     from . import checkpoint as ckpt
 
     # the data is read before the output folder is made: a bad line leaves nothing behind
     model, tokenizer, optimizer, groups = prepare(cfg, par, resume_from or base, resume_from is not None, out, log)
+    start = begin_stage(cfg, par, out, base, resume_from, model, optimizer, log)
+    log(f"train: {cfg.objective} objective, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params "
+        f"({sum(p.numel() for p in model.parameters() if p.requires_grad) / 1e6:.2f}M trained), "
+        f"{sum(map(len, groups))} examples in {len(groups)} group(s), steps {start}->{cfg.steps}, {par.strategy} on "
+        f"{par.world} x {par.device.type}, batch {cfg.global_batch_size} = {cfg.batch_size} x {par.world} rank(s) x "
+        f"{cfg.grad_accum} accumulation, {par.precision}")
+    window, saved, last = Window(start, cfg.steps), start, min(cfg.steps, cfg.stop_at or cfg.steps)
+    with open(out / LOG_FILE, "a", encoding="utf-8") if par.main else contextlib.nullcontext() as log_file:
+        for step in range(start, last):
+            t0 = time.perf_counter()
+            batch = draw_step(groups, cfg, step, tokenizer.pad_token_id, tokenizer.mask_token_id, with_mask=False)
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, cfg)
+            try:
+                sums = train_step(model, optimizer, batch, cfg, par, step)
+            except NonFiniteLoss as exc:
+                kept = f"the last good checkpoint (step {saved}) is kept in {out}" if saved else "no checkpoint was saved"
+                raise NonFiniteLoss(f"{exc}; {kept}") from None
+            window.add(sums, batch.tokens, time.perf_counter() - t0)
+            done = step + 1
+            if done % cfg.log_every == 0 or done == last:
+                log(window.close(done, lr_at(step, cfg), sums["grad_norm"], log_file))
+            if done % cfg.save_every == 0 or done == last:
+                meta = {"step": done, "world_size": par.world, "strategy": par.strategy, "batch_size": cfg.batch_size,
+                        "grad_accum": cfg.grad_accum, "global_batch_size": cfg.global_batch_size, "config": asdict(cfg)}
+                ckpt.save(model, optimizer, tokenizer, meta, out, par)
+                saved = done
+                log(f"checkpoint: step {done} saved in {out / CHECKPOINT_DIR}")
+    if last < cfg.steps:
+        log(f"stopped after step {last} (--stop-at) with its checkpoint in {out}; continue with --resume")
+        return out
+    ckpt.export(model, tokenizer, out, par)
+    log(f"exported the trained model to {out} (python -m sbd_bench run --model {out})")
+    return out
+
+
+def begin_stage(cfg: TrainConfig, par, out: Path, base: Path | None, resume_from: Path | None, model, optimizer,
+                log) -> int:
+    """Load the checkpoint (resume) or clear the folder (overwrite), and record the stage; the first step."""
+    import shutil
+
+    from . import checkpoint as ckpt
+
     if par.main:
         out.mkdir(parents=True, exist_ok=True)
     par.barrier()
@@ -263,74 +307,44 @@ def _train(cfg: TrainConfig, par, out: Path, base: Path | None, resume_from: Pat
             for name in (LOG_FILE, STAGES_FILE, LEGACY_STATE_FILE):
                 (out / name).unlink(missing_ok=True)
             for name in (CHECKPOINT_DIR, CHECKPOINT_DIR + ".old"):
-                import shutil
-
                 shutil.rmtree(out / name, ignore_errors=True)
         record_stage(cfg, out, base, start, par, held)
         (out / ARGS_FILE).write_text(json.dumps(asdict(cfg), indent=1) + "\n")
-    pad_id, mask_id = tokenizer.pad_token_id, tokenizer.mask_token_id
-    n_params = sum(p.numel() for p in model.parameters())  # a DTensor counts its global shape
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    log(f"train: {cfg.objective} objective, {n_params / 1e6:.2f}M params ({trainable / 1e6:.2f}M trained), "
-        f"{sum(map(len, groups))} examples in {len(groups)} group(s), steps {start}->{cfg.steps}, {par.strategy} on "
-        f"{par.world} x {par.device.type}, batch {cfg.global_batch_size} = {cfg.batch_size} x {par.world} rank(s) x "
-        f"{cfg.grad_accum} accumulation, {par.precision}")
-    window = {"ntp": 0.0, "ntp_n": 0, "matp": 0.0, "matp_n": 0, "tokens": 0, "time": 0.0}
-    t_start = time.perf_counter()
-    saved = start
-    log_file = open(out / LOG_FILE, "a", encoding="utf-8") if par.main else None
-    try:
-        last = min(cfg.steps, cfg.stop_at or cfg.steps)
-        for step in range(start, last):
-            t0 = time.perf_counter()
-            batch = draw_step(groups, cfg, step, pad_id, mask_id, with_mask=False)
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, cfg)
-            try:
-                sums = train_step(model, optimizer, batch, cfg, par, step)
-            except NonFiniteLoss as exc:
-                kept = f"the last good checkpoint (step {saved}) is kept in {out}" if saved else "no checkpoint was saved"
-                raise NonFiniteLoss(f"{exc}; {kept}") from None
-            for key in ("ntp", "ntp_n", "matp", "matp_n"):
-                window[key] += sums[key]
-            window["tokens"] += batch.tokens
-            window["time"] += time.perf_counter() - t0
-            done = step + 1
-            if done % cfg.log_every == 0 or done == cfg.steps:
-                record = window_record(window, done, lr_at(step, cfg), sums["grad_norm"], time.perf_counter() - t_start)
-                if log_file:
-                    log_file.write(json.dumps(record) + "\n")
-                    log_file.flush()
-                eta = record["elapsed_s"] / (done - start) * (cfg.steps - done)
-                matp = "-" if record["loss_matp"] is None else f"{record['loss_matp']:.4f}"
-                log(f"[{done}/{cfg.steps}] loss {record['loss']:.4f} (ntp {record['loss_ntp']:.4f}, matp {matp}), "
-                    f"grad norm {record['grad_norm']:.3f}, {record['tokens_per_s']:.0f} tok/s, "
-                    f"{record['elapsed_s']:.0f}s elapsed, ~{eta:.0f}s left")
-                window = dict.fromkeys(window, 0)
-            if done % cfg.save_every == 0 or done == last:
-                meta = {"step": done, "world_size": par.world, "strategy": par.strategy, "batch_size": cfg.batch_size,
-                        "grad_accum": cfg.grad_accum, "global_batch_size": cfg.global_batch_size, "config": asdict(cfg)}
-                ckpt.save(model, optimizer, tokenizer, meta, out, par)
-                saved = done
-                log(f"checkpoint: step {done} saved in {out / CHECKPOINT_DIR}")
-    finally:
-        if log_file:
-            log_file.close()
-    if last < cfg.steps:
-        log(f"stopped after step {last} (--stop-at) with its checkpoint in {out}; continue with --resume")
-        return out
-    ckpt.export(model, tokenizer, out, par)
-    log(f"exported the trained model to {out} (python -m sbd_bench run --model {out})")
-    return out
+    return start
 
 
-def window_record(window: dict, done: int, lr: float, grad_norm: float, elapsed: float) -> dict:
-    n = window["ntp_n"] + window["matp_n"]
-    return {"step": done, "loss": (window["ntp"] + window["matp"]) / max(1, n),
-            "loss_ntp": window["ntp"] / max(1, window["ntp_n"]),
-            "loss_matp": window["matp"] / window["matp_n"] if window["matp_n"] else None,
-            "grad_norm": grad_norm, "tokens_per_s": window["tokens"] / max(1e-9, window["time"]), "lr": lr,
-            "elapsed_s": elapsed}
+class Window:
+    """The loss sums, tokens and seconds of the steps since the last log line."""
+
+    def __init__(self, start: int, steps: int):
+        self.start, self.steps, self.t_start = start, steps, time.perf_counter()
+        self.reset()
+
+    def reset(self) -> None:
+        self.ntp = self.matp = self.seconds = 0.0
+        self.ntp_n = self.matp_n = self.tokens = 0
+
+    def add(self, sums: dict, tokens: int, seconds: float) -> None:
+        self.ntp += sums["ntp"]; self.ntp_n += sums["ntp_n"]  # noqa: E702
+        self.matp += sums["matp"]; self.matp_n += sums["matp_n"]  # noqa: E702
+        self.tokens += tokens
+        self.seconds += seconds
+
+    def close(self, done: int, lr: float, grad_norm: float, log_file) -> str:
+        """Write the window's log record (rank 0) and return its line for the terminal."""
+        elapsed = time.perf_counter() - self.t_start
+        record = {"step": done, "loss": (self.ntp + self.matp) / max(1, self.ntp_n + self.matp_n),
+                  "loss_ntp": self.ntp / max(1, self.ntp_n),
+                  "loss_matp": self.matp / self.matp_n if self.matp_n else None, "grad_norm": grad_norm,
+                  "tokens_per_s": self.tokens / max(1e-9, self.seconds), "lr": lr, "elapsed_s": elapsed}
+        if log_file is not None:
+            log_file.write(json.dumps(record) + "\n")
+            log_file.flush()
+        self.reset()
+        eta = elapsed / (done - self.start) * (self.steps - done)
+        matp = "-" if record["loss_matp"] is None else f"{record['loss_matp']:.4f}"
+        return (f"[{done}/{self.steps}] loss {record['loss']:.4f} (ntp {record['loss_ntp']:.4f}, matp {matp}), "
+                f"grad norm {grad_norm:.3f}, {record['tokens_per_s']:.0f} tok/s, {elapsed:.0f}s elapsed, ~{eta:.0f}s left")
 
 
 # ------------------------------------------------------------------------------------ throughput

@@ -131,6 +131,7 @@ class Decoder:
         # compile: None = with the graphs, True/False = asked for (on CPU too) or not
         self.fast = FastPath.for_model(lm, compile) if fast else None
         self._mask_index = torch.tensor([lm.mask_token_id], device=lm.device)
+        self._keeps_logits = keeps_logits(lm.model)
 
     def new_cache(self, batch: int, positions: int):
         """An empty cache for ``batch`` rows that will hold at most ``positions`` columns."""
@@ -156,7 +157,7 @@ class Decoder:
             logits = path.forward(ids, positions, pattern, cache, keep, eager=self.fast is None or phase == "prefill")
         else:
             mask = None if pattern is None else pattern.mask(cache.length, self.lm.dtype, ids.device)
-            kept = {"logits_to_keep": keep} if keeps_logits(self.lm.model) else {}
+            kept = {"logits_to_keep": keep} if self._keeps_logits else {}
             logits = self.lm.model(input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache.hf,
                                    use_cache=True, **kept).logits
             logits = (logits if kept or not keep else logits[:, -keep:]).float()
@@ -265,8 +266,8 @@ class Decoder:
 
     def _decode_ntp(self, rows: list[_Row], token: torch.Tensor, cache: KVCache) -> None:
         """One forward per token, every row that has not stopped; ``token`` (B, 1): the last prompt token."""
-        position = self._per_row([r.prompt_len - 1 for r in rows])
-        while working := [b for b, r in enumerate(rows) if not r.stop_reason]:
+        position, working = self._per_row([r.prompt_len - 1 for r in rows]), list(range(len(rows)))
+        while working:
             logits = self.ntp_step(token, position, cache, self._key_pad(rows, cache, 1), working)  # (B, 1, V)
             token, position = self.next_tokens(logits), position + 1  # (B, 1)
             picked = token.tolist()  # the forward's one device read
@@ -279,6 +280,7 @@ class Decoder:
                     r.revealed = [1] * len(r.out)  # NTP spends one forward per token: grouped by block
                     r.blocks["forwards_per_block"] = [min(self.block_size, len(r.out) - i)
                                                       for i in range(0, len(r.out), self.block_size)]
+                    working = [b for b in working if not rows[b].stop_reason]  # the loop runs on the old list
 
     def _decode_blocks(self, rows: list[_Row], pending: torch.Tensor, solver: Solver, cache: KVCache) -> None:
         """Block decoding; ``pending`` (B, n): the last prompt token, then each finished block, committed in

@@ -226,6 +226,7 @@ class Decoder:
 
     # ------------------------------------------------------------------------------- the loops
     def generate(self, prompt_ids: list[int], solver: Solver) -> Generation:
+        """Decode one prompt: a batch of one."""
         return self.generate_batch([prompt_ids], solver)[0]
 
     def generate_batch(self, prompts: list[list[int]], solver: Solver) -> list[Generation]:

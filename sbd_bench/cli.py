@@ -122,7 +122,9 @@ def cmd_run(args) -> int:
                         attn_implementation=args.attn, command=command, repeats=args.repeats, warmup=args.warmup,
                         cost_curve=not args.no_cost_curve, report=not args.no_report, threads=args.threads,
                         chat_template=args.chat_template, thinking={"on": True, "off": False}.get(args.thinking),
-                        batch_size=args.batch_size, fast=args.fast, compile=args.compile, device_map=args.device_map)
+                        batch_size=args.batch_size, fast=args.fast, compile=args.compile, device_map=args.device_map,
+                        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, samples=args.samples,
+                        pass_k=args.pass_k)
     try:
         if args.resume:
             run_dir = resume(out, progress=progress, command=command)
@@ -312,6 +314,10 @@ def build_parser(defaults: dict | None = None) -> argparse.ArgumentParser:
                        help="spread a model larger than one GPU over all GPUs (needs accelerate)")
     run_p.add_argument("--repeats", type=int, default=1, help="timed decodes per example and config; medians reported")
     run_p.add_argument("--warmup", type=int, default=1, help="unrecorded decodes per config before timing")
+    run_p.add_argument("--samples", type=int, default=1,
+                       help="decodes of each example per configuration, each with its own recorded seed (pass@k's N)")
+    run_p.add_argument("--pass-k", type=int, default=None, metavar="K",
+                       help="the k of pass@k reported with --samples N > 1 (default: N)")
     run_p.add_argument("--resume", metavar="RUN_DIR", default=None,
                        help="finish an interrupted run with the settings it was started with (alone: other flags are refused)")
     run_p.add_argument("--no-cost-curve", action="store_true", help="skip timing the 1, k, 2k-token forwards")

@@ -20,7 +20,8 @@ import sys
 import typing
 from pathlib import Path
 
-from .types import Solver, SolverError, UsageError, Verified, did_you_mean
+from .types import (GREEDY, SAMPLING_KEYS, Sampling, SamplingError, Solver, SolverError, UsageError, Verified,
+                    did_you_mean, sampled)
 
 BUILTIN_SOLVERS = Path(__file__).resolve().parent.parent / "solvers"
 ENTRY_POINT_GROUP = "sbd_bench.solvers"
@@ -73,9 +74,12 @@ def solver_registry(plugin_dirs: typing.Sequence[str | Path] = ()) -> dict[str, 
     def add(cls: type[Solver], where: str) -> None:
         if cls.name in registry and registry[cls.name] is not cls:
             raise RegistryError(f"solver name '{cls.name}' from {where} is already taken by {origin[cls.name]}: rename one")
-        if any(f.name == VERIFY_KEY for f in dataclasses.fields(cls)):
-            raise RegistryError(f"solver '{cls.name}' from {where} has a parameter named '{VERIFY_KEY}', which the core "
-                                f"reserves for verified decoding ('{cls.name}:{VERIFY_KEY}=on'): rename it")
+        for f in dataclasses.fields(cls):
+            if f.name == VERIFY_KEY or f.name in SAMPLING_KEYS:
+                use = f"{cls.name}:{VERIFY_KEY}=on" if f.name == VERIFY_KEY else f"{cls.name}:{f.name}=..."
+                raise RegistryError(f"solver '{cls.name}' from {where} has a parameter named '{f.name}', which the core "
+                                    f"reserves for {'verified decoding' if f.name == VERIFY_KEY else 'sampling'} "
+                                    f"('{use}'): rename it")
         registry[cls.name], origin[cls.name] = cls, where
 
     sources = [(BUILTIN_SOLVERS, "sbd_bench_solvers")]
@@ -138,21 +142,38 @@ def verified(solver: Solver) -> Solver:
     return Verified(solver)
 
 
-def parse_solver_spec(spec: str, registry: dict[str, type[Solver]]) -> list[Solver]:
+def _sampling(name: str, values: dict[str, str], default: Sampling) -> Sampling:
+    """A configuration's sampling: the run-wide ``default`` with the spec's own temperature/top_p/top_k."""
+    settings = {"temperature": default.temperature, "top_p": default.top_p, "top_k": default.top_k}
+    for key, value in values.items():
+        try:
+            settings[key] = int(value) if key == "top_k" else float(value)
+        except ValueError:
+            kind = "an integer" if key == "top_k" else "a number"
+            raise SamplingError(f"{name}: {key}={value!r} is not {kind}") from None
+    try:
+        return Sampling(**settings)
+    except SamplingError as exc:
+        raise SamplingError(f"{name}: {exc}") from None
+
+
+def parse_solver_spec(spec: str, registry: dict[str, type[Solver]], sampling: Sampling = GREEDY) -> list[Solver]:
     """``all`` | ``name`` | ``name:key=v1,v2;key2=v`` | several joined by ``+``.
 
     A comma inside a parameter spec lists sweep values; ``;`` separates parameters; ``+`` (or a
     comma between plain names) separates solvers. The cross product of swept values is returned.
-    ``verify=on`` (or ``verify=on,off``) is the core's verify mode, open to every block solver.
-    ``all`` gives every registered solver at its defaults, then the verified ``VERIFIED_IN_ALL``;
-    ``ntp`` always comes first.
+    ``verify=on`` (or ``verify=on,off``) is the core's verify mode, open to every block solver;
+    ``temperature``, ``top_p`` and ``top_k`` (sweepable too) set how the core picks tokens, over the
+    run-wide ``sampling``. ``all`` gives every registered solver at its defaults, then the verified
+    ``VERIFIED_IN_ALL``. ``ntp`` comes first, at the sampling of every configuration that needs it as
+    the baseline its speed factors are paired with (added where the spec has no such ``ntp``).
     """
     configs: list[Solver] = []
     for part in _split_solvers(spec):
         if part == "all":
-            configs += [build_solver(cls, {}) for cls in registry.values()]
-            configs += [verified(build_solver(registry[name], params)) for name, params in VERIFIED_IN_ALL
-                        if name in registry]
+            configs += [sampled(build_solver(cls, {}), sampling) for cls in registry.values()]
+            configs += [sampled(verified(build_solver(registry[name], params)), sampling)
+                        for name, params in VERIFIED_IN_ALL if name in registry]
             continue
         name, _, param_text = part.partition(":")
         name = name.strip()
@@ -173,13 +194,18 @@ def parse_solver_spec(spec: str, registry: dict[str, type[Solver]]) -> list[Solv
             if mode not in ("on", "off"):
                 raise SolverError(f"{name}: {VERIFY_KEY}={mode!r} must be 'on' or 'off' ({VERIFY_KEY}=on commits only "
                                   f"the drafted tokens that NTP's argmax confirms)")
+        drawn = {key: grid.pop(key) for key in SAMPLING_KEYS if key in grid}
+        samplings = [_sampling(name, dict(zip(drawn, combo)), sampling) for combo in itertools.product(*drawn.values())]
         for combo in itertools.product(*grid.values()):
             solver = build_solver(registry[name], dict(zip(grid, combo)))
-            configs += [verified(solver) if mode == "on" else solver for mode in modes]
+            configs += [sampled(verified(solver) if mode == "on" else solver, how)
+                        for how in samplings for mode in modes]
     unique = list({c.label: c for c in configs}.values())
     ntp = [c for c in unique if not c.decodes_blocks]
-    if "ntp" in registry and not ntp:
-        ntp = [build_solver(registry["ntp"], {})]  # the baseline every speed factor is paired with
+    if "ntp" in registry:  # the baseline every speed factor is paired with, at each configuration's sampling
+        have = {c.sampling for c in ntp if c.name == "ntp"}
+        needed = [c.sampling for c in unique if c.decodes_blocks] or ([] if ntp else [sampling])
+        ntp += [sampled(build_solver(registry["ntp"], {}), how) for how in dict.fromkeys(needed) if how not in have]
     return ntp + [c for c in unique if c.decodes_blocks]
 
 

@@ -11,12 +11,14 @@ A solver is a dataclass whose fields are its parameters (validated in ``__post_i
             conf = view.confidence.masked_fill(~view.masked, -1.0)          # (B, k)
             return torch.nn.functional.one_hot(conf.argmax(-1), view.k).bool() & view.masked
 
-The core owns the model, the cache, token choice (argmax at temperature 0) and NFE counting; a
-solver only chooses *where*, never *what*, and never calls the model.
+The core owns the model, the cache, token choice (argmax at temperature 0, a draw from the tempered and
+filtered distribution above it: ``Sampling``) and NFE counting; a solver only chooses *where*, never
+*what*, and never calls the model.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -103,6 +105,8 @@ class Solver:
       ``deterministic``   False when ``select`` draws from ``view.generator``.
       ``verify``          set by the core's verify mode (``Verified``, ``name:...;verify=on``), never
                           by a solver: the core then commits only drafts that NTP's argmax confirms.
+      ``sampling``        how the core picks revealed tokens; set by ``Sampled`` (``name:...;temperature=T``),
+                          never by a solver: greedy unless a configuration asks for a temperature.
     """
 
     name: ClassVar[str] = ""
@@ -110,6 +114,7 @@ class Solver:
     decodes_blocks: ClassVar[bool] = True
     deterministic: ClassVar[bool] = True
     verify: ClassVar[bool] = False
+    # sampling = GREEDY is set below, once Sampling exists (not annotated: it must not be a dataclass field here)
 
     def select(self, view: BlockView) -> torch.Tensor:
         """Return a (B, k) bool tensor: positions to reveal now. Must be a subset of ``view.masked``
@@ -152,6 +157,10 @@ class Verified(Solver):
         return self.solver.deterministic
 
     @property
+    def sampling(self) -> Sampling:
+        return self.solver.sampling
+
+    @property
     def params(self) -> dict[str, Any]:
         return {**self.solver.params, "verify": "on"}
 
@@ -161,6 +170,117 @@ class Verified(Solver):
 
     def select(self, view: BlockView) -> torch.Tensor:
         return self.solver.select(view)
+
+
+class SamplingError(UsageError):
+    """A temperature, top-p, top-k or sample count the core cannot use; the message names the fix."""
+
+
+def sampling_problem(temperature, top_p, top_k) -> tuple[str, str] | None:
+    """(setting, what is wrong with it and what works) for the first bad sampling setting, else None."""
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    if not number(temperature) or not (math.isfinite(temperature) and temperature >= 0):  # also refuses NaN
+        return "temperature", f"must be a number >= 0 (got {temperature}); 0 decodes greedily (argmax)"
+    if not number(top_p) or not 0 < top_p <= 1:
+        return "top_p", f"must be in (0, 1] (got {top_p}); 1 keeps the whole distribution"
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:
+        return "top_k", f"must be an integer >= 0 (got {top_k}); 0 keeps every token"
+    return None
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the core turns a position's logits into its token: the argmax at ``temperature`` 0 (greedy, the
+    default), else a draw from what HF ``generate(do_sample=True)`` samples from: logits / temperature,
+    then top-k, then top-p (core/sampling.py). Which positions a block solver reveals is still decided on
+    the untempered logits (``BlockView``). Greedy ignores top-p and top-k (``effective``)."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0  # keep the fewest most probable tokens whose probabilities add up to top_p; 1: all
+    top_k: int = 0  # keep the top_k most probable tokens (and any tied with the last); 0: all
+
+    def __post_init__(self):
+        t, p, k = self.temperature, self.top_p, self.top_k
+        problem = sampling_problem(t, p, k)
+        if problem:
+            raise SamplingError(" ".join(problem))
+        object.__setattr__(self, "temperature", float(t))
+        object.__setattr__(self, "top_p", float(p))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def effective(self) -> Sampling:
+        """What decodes: greedy ignores top-p and top-k, so every greedy setting is ``GREEDY``."""
+        return GREEDY if self.greedy else self
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """What a configuration's params and label gain: nothing when greedy, else the settings that act."""
+        if self.greedy:
+            return {}
+        return {"temperature": self.temperature, **({"top_p": self.top_p} if self.top_p < 1 else {}),
+                **({"top_k": self.top_k} if self.top_k else {})}
+
+
+GREEDY = Sampling()
+SAMPLING_KEYS = ("temperature", "top_p", "top_k")  # core options in every spec, never solver parameters
+Solver.sampling = GREEDY
+
+
+@dataclass(frozen=True)
+class Sampled(Solver):
+    """A configuration decoded at a temperature (``--solver "name:...;temperature=0.8"``, or ``--temperature``
+    for the whole run): the solver chooses positions as always, the core draws the revealed tokens from the
+    tempered, filtered distribution (``Sampling``); with ``verify=on`` the speculative-sampling rule keeps
+    the output distributed as NTP's sampling. Params and label are the solver's plus the sampling settings."""
+
+    solver: Solver
+    sampling: Sampling = GREEDY
+
+    @property
+    def name(self) -> str:
+        return self.solver.name
+
+    @property
+    def description(self) -> str:
+        return self.solver.description + f" (sampled at temperature {self.sampling.temperature})"
+
+    @property
+    def decodes_blocks(self) -> bool:
+        return self.solver.decodes_blocks
+
+    @property
+    def deterministic(self) -> bool:
+        return self.solver.deterministic
+
+    @property
+    def verify(self) -> bool:
+        return self.solver.verify
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {**self.solver.params, **self.sampling.params}
+
+    @property
+    def label(self) -> str:
+        extra = ",".join(f"{k}={v}" for k, v in self.sampling.params.items())
+        if not extra:
+            return self.solver.label
+        return self.solver.label + ("," if self.solver.params else ":") + extra
+
+    def select(self, view: BlockView) -> torch.Tensor:
+        return self.solver.select(view)
+
+
+def sampled(solver: Solver, sampling: Sampling) -> Solver:
+    """``solver`` decoded with ``sampling``: itself when greedy (its label and records stay as they were)."""
+    inner = solver.solver if isinstance(solver, Sampled) else solver
+    return inner if sampling.greedy else Sampled(inner, sampling.effective)
 
 
 def reveal_top(score: torch.Tensor, masked: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:
@@ -241,9 +361,11 @@ class Generation:
         return len(self.output_ids)
 
 
-# One line of samples.jsonl. Field names are stable: scripts and CI read them.
+# One line of samples.jsonl. Field names are stable: scripts and CI read them. "sample" (0..N-1) and "seed"
+# come after "repeat" in the records of sampled configurations only (temperature > 0, or --samples N > 1):
+# a greedy run's records are what they were before sampling existed.
 SAMPLE_FIELDS = (
-    "task", "id", "solver", "params", "config", "block_size", "repeat",
+    "task", "id", "solver", "params", "config", "block_size", "repeat", "sample", "seed",
     "prompt_tokens", "output_ids", "output_text", "stop_reason", "tokens", "nfe",
     "prefill_forwards", "revealed_per_forward", "forwards_per_block",
     "drafted_per_block", "accepted_per_block", "replaced_per_block",
@@ -254,6 +376,7 @@ SAMPLE_FIELDS = (
 # One row of summary.json "rows" (per solver configuration x task).
 SUMMARY_ROW_FIELDS = (
     "solver", "params", "config", "task", "n", "errors", "repeats", "accuracy", "accuracy_lo", "accuracy_hi",
+    "samples", "pass_k", "pass_at_k", "pass_at_k_lo", "pass_at_k_hi",
     "nfe", "tokens", "tokens_per_forward", "acceptance_rate", "ntp_match_rate", "forwards_per_block", "tokens_vs_ntp",
     "tokens_differ_from_ntp",
     "speed_factor_nfe", "speed_factor_nfe_lo", "speed_factor_nfe_hi",

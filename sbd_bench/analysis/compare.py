@@ -8,10 +8,14 @@ with like), then summarised with the same metrics. Per configuration x task it f
   accuracy                 changes by more than --accuracy-tol (absolute fraction; default: any change)
   speed_factor_wall        falls more than --wall-tol below the baseline (relative; default 0.2: timings
                            are noisy, CPUs more so; CI passes a larger one)
+  pass_at_k                changes by more than --accuracy-tol, like accuracy (pass@1), with --samples N > 1
   errors                   increase
-  ntp_match_rate           is below 1 in a verified configuration (its output must be NTP's)
+  ntp_match_rate           is below 1 in a greedy verified configuration (its output must be NTP's)
 and when the run has a configuration the baseline lacks (refresh the baseline deliberately, see the
-docs/measurement.md). Greedy decoding makes NFE, tokens and accuracy deterministic on one machine.
+docs/measurement.md). Greedy decoding makes NFE, tokens and accuracy deterministic on one machine; so do sampled
+configurations whose samples have the same seeds: NFE, tokens per forward, accuracy and pass@k are gated
+only where the two runs hold the same samples (N) with the same seeds (the same --seed), and a note says
+where they do not.
 Exit status: 0 pass, 1 regression, 2 bad input. The last stdout line is JSON.
 """
 from __future__ import annotations
@@ -22,7 +26,7 @@ import sys
 from pathlib import Path
 
 from ..types import UsageError
-from .metrics import example_key, is_verified, summarize
+from .metrics import example_key, is_verified, sampling_of, summarize
 from .records import check_output_file, load_run, starts_with, write_text_atomic
 
 
@@ -41,16 +45,18 @@ def _rel(base, new) -> float | None:
     return (new - base) / base
 
 
-def compare_rows(base_row: dict, run_row: dict, tol: dict) -> list[str]:
-    """The reasons this configuration x task regressed (empty when it did not)."""
+def compare_rows(base_row: dict, run_row: dict, tol: dict, same_draws: bool = True) -> list[str]:
+    """The reasons this configuration x task regressed (empty when it did not). ``same_draws``: both rows
+    hold the same samples with the same seeds, so the figures that depend on the draws compare."""
     problems = []
     for name, key in (("nfe", "nfe"), ("tokens_per_forward", "tpf")):
         change = _rel(base_row[name], run_row[name])
-        if change is not None and abs(change) > tol[key] + EPS:
+        if same_draws and change is not None and abs(change) > tol[key] + EPS:
             problems.append(f"{name} {base_row[name]:.3f} -> {run_row[name]:.3f} ({100 * change:+.1f}%)")
-    a, b = base_row["accuracy"], run_row["accuracy"]
-    if (a is None) != (b is None) or (a is not None and abs(b - a) > tol["accuracy"] + EPS):
-        problems.append(f"accuracy {a} -> {b}")
+    for name, shown in (("accuracy", "accuracy"), ("pass_at_k", f"pass@{run_row.get('pass_k')}")):
+        a, b = base_row.get(name), run_row.get(name)
+        if same_draws and ((a is None) != (b is None) or (a is not None and abs(b - a) > tol["accuracy"] + EPS)):
+            problems.append(f"{shown} {a} -> {b}")
     change = _rel(base_row["speed_factor_wall"], run_row["speed_factor_wall"])
     if change is not None and change < -tol["wall"] - EPS:
         problems.append(f"speed_factor_wall {base_row['speed_factor_wall']:.2f} -> {run_row['speed_factor_wall']:.2f} "
@@ -58,7 +64,8 @@ def compare_rows(base_row: dict, run_row: dict, tol: dict) -> list[str]:
     if run_row["errors"] > base_row["errors"]:
         problems.append(f"errors {base_row['errors']} -> {run_row['errors']}")
     match = run_row.get("ntp_match_rate")
-    if is_verified(run_row) and match is not None and match < 1 - EPS:
+    greedy = not any(sampling_of(run_row))  # sampled verified output is distributed as NTP's, not equal to it
+    if is_verified(run_row) and greedy and match is not None and match < 1 - EPS:
         problems.append(f"verified output differs from NTP's on {100 * (1 - match):.1f}% of examples (must be none)")
     return problems
 
@@ -75,8 +82,12 @@ def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[lis
         raise CompareError(f"{len(changed)} shared example(s) have different prompts in {baseline_dir} and {run_dir} "
                            f"(first: {'/'.join(changed[0])}): the task changed, so nothing compares; refresh the "
                            f"baseline deliberately (docs/measurement.md)")
-    base_rows = {(r["config"], r["task"]): r for r in summarize(r for r in base_records if example_key(r) in shared)}
-    run_rows = {(r["config"], r["task"]): r for r in summarize(r for r in run_records if example_key(r) in shared)}
+    pass_k = _pass_k(base_summary, run_summary)
+    base_rows = {(r["config"], r["task"]): r for r in summarize((r for r in base_records if example_key(r) in shared),
+                                                                pass_k)}
+    run_rows = {(r["config"], r["task"]): r for r in summarize((r for r in run_records if example_key(r) in shared),
+                                                               pass_k)}
+    base_draws, run_draws = _draws(base_records, shared), _draws(run_records, shared)
     notes = _setting_notes(base_summary, run_summary)
     notes += [f"{d} is incomplete: only its finished samples are compared" for d, summary in
               ((baseline_dir, base_summary), (run_dir, run_summary)) if not summary.get("complete")]
@@ -89,7 +100,11 @@ def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[lis
             body.append([key[0], key[1], "-", _f(row["nfe"]), "-", _f(row["accuracy"]), "-", _f(row["tokens_per_forward"]),
                          "-", _f(row["speed_factor_wall"]), "MISSING IN BASELINE"])
             continue
-        problems = compare_rows(base, row, tol)
+        same_draws = _same_draws(base, row, base_draws.get(key, {}), run_draws.get(key, {}))
+        if not same_draws:
+            notes.append(f"{key[0]} on {key[1]}: the runs hold different samples or seeds (--samples, --seed), so its "
+                         f"NFE, tokens per forward, accuracy and pass@k are not compared")
+        problems = compare_rows(base, row, tol, same_draws)
         regressions += [f"{key[0]} on {key[1]}: {p}" for p in problems]
         body.append([key[0], key[1], _f(base["nfe"]), _f(row["nfe"]), _f(base["accuracy"]), _f(row["accuracy"]),
                      _f(base["tokens_per_forward"]), _f(row["tokens_per_forward"]), _f(base["speed_factor_wall"]),
@@ -97,6 +112,29 @@ def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[lis
     for key in sorted({(r["config"], r["task"]) for r in base_records} - run_rows.keys()):
         notes.append(f"{key[0]} on {key[1]} is in the baseline but not in this run (not compared)")
     return body, regressions, notes
+
+
+def _draws(records: list[dict], shared: set) -> dict[tuple[str, str], dict]:
+    """(config, task) -> {(id, sample): seed} over the shared examples (greedy records: sample 0, no seed)."""
+    out: dict[tuple[str, str], dict] = {}
+    for r in records:
+        if example_key(r) in shared:
+            out.setdefault((r["config"], r["task"]), {})[(str(r["id"]), int(r.get("sample", 0)))] = r.get("seed")
+    return out
+
+
+def _same_draws(base_row: dict, run_row: dict, base: dict, run: dict) -> bool:
+    """Both rows hold N samples per example, and every sample both runs decoded has the same seed."""
+    return base_row.get("samples") == run_row.get("samples") and all(base[k] == run[k] for k in base.keys() & run.keys())
+
+
+def _pass_k(base: dict, run: dict) -> int | None:
+    """The k of pass@k both runs are summarised with: the run's --pass-k, else the baseline's, else N."""
+    for summary in (run, base):
+        k = ((summary.get("provenance") or {}).get("config") or {}).get("pass_k")
+        if k:
+            return k
+    return None
 
 
 def _changed_prompts(base_records, run_records, shared) -> list[tuple[str, str]]:
@@ -115,7 +153,7 @@ def _setting_notes(base: dict, run: dict) -> list[str]:
         if bp.get(key) != rp.get(key):
             notes.append(f"{key} differs: baseline {bp.get(key)!r}, run {rp.get(key)!r}")
     bc, rc = bp.get("config") or {}, rp.get("config") or {}
-    for key in ("block_size", "max_new_tokens", "seed"):
+    for key in ("block_size", "max_new_tokens", "seed", "samples", "temperature", "top_p", "top_k"):
         if bc.get(key) != rc.get(key):
             notes.append(f"setting {key} differs: baseline {bc.get(key)!r}, run {rc.get(key)!r}")
     return notes

@@ -5,8 +5,11 @@
 Per sample (as the decoding core records it):
   nfe        model forwards after prefill (prefill forwards are ``prefill_forwards``, never in nfe)
   tokens     generated tokens: no prompt, no mask, nothing after the stop (= len(output_ids))
-Repeats (``--repeats``) of one (config, task, example) collapse to one sample first: the median of
-each timing; the deterministic figures (nfe, tokens, correct) come from the first repeat.
+Repeats (``--repeats``) of one (config, task, example, sample) collapse to one sample first: the median
+of each timing; the deterministic figures (nfe, tokens, correct) come from the first repeat.
+Samples (``--samples N``: N decodes of each example, ``sample`` 0..N-1 in the records, each with its
+``seed``) are paired with NTP's sample of the same index at the configuration's own sampling settings
+(temperature, top_p, top_k): the baseline of ``name:...;temperature=0.7`` is ``ntp:temperature=0.7``.
 Per (config, task), over its samples without error:
   nfe, tokens         means
   tokens_per_forward  total tokens / total nfe
@@ -15,12 +18,18 @@ Per (config, task), over its samples without error:
   ntp_match_rate      share of examples whose output_ids equal NTP's, paired on (task, id); verified
                       configurations must reach 1.0 (``compare`` fails them otherwise)
   forwards_per_block  mean forwards per block
-  speed_factor_nfe    mean over examples of nfe(ntp) / nfe(config), paired on (task, id)
+  speed_factor_nfe    mean over examples of nfe(ntp) / nfe(config), paired on (task, id); with N > 1
+                      samples, of sum over samples of nfe(ntp) / the same sum of nfe(config)
   speed_factor_wall   the same with decode_time_s (decode wall-clock; prefill is timed apart and is
                       the same code path for every solver)
-  *_lo, *_hi          95% interval: seeded percentile bootstrap over examples for speed factors,
-                      Wilson score interval for accuracy
-  accuracy            mean of ``correct`` over samples that have a verdict (None when none has)
+  *_lo, *_hi          95% interval: seeded percentile bootstrap over examples for speed factors (and for
+                      accuracy and pass@k with N > 1 samples), Wilson score interval for accuracy at N = 1
+  accuracy            mean of ``correct`` over samples that have a verdict (None when none has); with
+                      N > 1 samples, pass@1: the mean over examples of c/n (n samples with a verdict, c
+                      of them correct)
+  samples             N, the most samples of one example (1 without --samples)
+  pass_k, pass_at_k   with N > 1: k (default N) and the mean over examples with n >= k of the unbiased
+                      estimator 1 - C(n - c, k) / C(n, k) (Chen et al. 2021); None at N = 1
   tokens_vs_ntp       its mean output length over NTP's on the same examples (Σ tokens / Σ NTP
                       tokens, paired on (task, id)); 1.0 for NTP, None without NTP records
   tokens_differ_from_ntp  |tokens_vs_ntp - 1| > TOKENS_DIFFER_PERCENT (10%): the NFE speed factor then
@@ -30,9 +39,12 @@ Per (config, task), over its samples without error:
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
+from fractions import Fraction
 from statistics import mean, median
 from typing import Iterable
+
+from ..types import SAMPLING_KEYS
 
 BASELINE_SOLVER = "ntp"
 BOOTSTRAP_RESAMPLES = 2000
@@ -45,17 +57,28 @@ def example_key(rec: dict) -> tuple[str, str]:
     return rec["task"], str(rec["id"])
 
 
-def sample_key(rec: dict) -> tuple[str, str, str, int]:
+def sample_key(rec: dict) -> tuple[str, str, str, int, int]:
     """What identifies one sample in a run: no two records of a finished run share it."""
-    return rec["config"], rec["task"], str(rec["id"]), int(rec.get("repeat", 0))
+    return rec["config"], rec["task"], str(rec["id"]), int(rec.get("sample", 0)), int(rec.get("repeat", 0))
+
+
+def sampling_of(rec: dict) -> tuple:
+    """A record's or row's sampling settings (temperature, top_p, top_k as in its params; None: greedy)."""
+    params = rec.get("params") or {}
+    return tuple(params.get(key) for key in SAMPLING_KEYS)
+
+
+def pairing_key(rec: dict) -> tuple:
+    """What pairs a record with its baseline's: the example, the sample index, the sampling settings."""
+    return rec["task"], str(rec["id"]), int(rec.get("sample", 0)), sampling_of(rec)
 
 
 def collapse_repeats(records: Iterable[dict]) -> list[dict]:
-    """One record per (config, task, id): timings are medians over repeats, ``repeats`` counts them.
-    A sample whose repeats include an error keeps the error."""
+    """One record per (config, task, id, sample): timings are medians over repeats, ``repeats`` counts
+    them. A sample whose repeats include an error keeps the error."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
-        groups[sample_key(r)[:3]].append(r)
+        groups[sample_key(r)[:4]].append(r)
     out = []
     for recs in groups.values():
         recs = sorted(recs, key=lambda r: r.get("repeat", 0))
@@ -75,32 +98,57 @@ def is_verified(rec: dict) -> bool:
     return (rec.get("params") or {}).get("verify") == "on"
 
 
-def baseline_records(records: list[dict]) -> dict[tuple[str, str], dict]:
-    """(task, id) -> the baseline's (NTP's) record of that example, for records without error."""
-    return {example_key(r): r for r in records if r["solver"] == BASELINE_SOLVER and not r.get("error")}
+def baseline_records(records: list[dict]) -> dict[tuple, dict]:
+    """``pairing_key`` -> the baseline's (NTP's) record of that example and sample, for records without error."""
+    return {pairing_key(r): r for r in records if r["solver"] == BASELINE_SOLVER and not r.get("error")}
 
 
 def paired_ratios(records: list[dict], field: str, baseline: dict | None = None) -> dict[tuple[str, str], list[float]]:
-    """(config, task) -> [baseline[field] / record[field]] per example paired with the baseline.
+    """(config, task) -> [baseline[field] / record[field]] per example paired with the baseline; an example
+    with several samples gives the ratio of the sums over its samples that pair.
     ``records`` must already be collapsed over repeats; ``baseline`` is their ``baseline_records``."""
     base = {key: r[field] for key, r in (baseline if baseline is not None else baseline_records(records)).items()}
-    out: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for r in sorted(records, key=example_key):
-        b = base.get(example_key(r))
+    sums: dict[tuple, list] = {}
+    for r in sorted(records, key=lambda r: (example_key(r), int(r.get("sample", 0)))):
+        b = base.get(pairing_key(r))
         if r.get("error") or not b or not r.get(field) or r[field] <= 0:
             continue
-        out[(r["config"], r["task"])].append(b / r[field])
+        pair = sums.setdefault((r["config"], r["task"], str(r["id"])), [0, 0])
+        pair[0] += b
+        pair[1] += r[field]
+    out: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for (config, task, _), (b, value) in sums.items():
+        out[(config, task)].append(b / value)
     return out
 
 
 def ntp_matches(records: list[dict], baseline: dict | None = None) -> dict[tuple[str, str], list[bool]]:
-    """(config, task) -> [output_ids == NTP's output_ids] per example paired with the baseline."""
+    """(config, task) -> [output_ids == NTP's output_ids] per sample paired with the baseline."""
     base = {key: r.get("output_ids") for key, r in (baseline if baseline is not None else baseline_records(records)).items()}
     out: dict[tuple[str, str], list[bool]] = defaultdict(list)
     for r in records:
-        if not r.get("error") and base.get(example_key(r)) is not None:
-            out[(r["config"], r["task"])].append(r.get("output_ids") == base[example_key(r)])
+        if not r.get("error") and base.get(pairing_key(r)) is not None:
+            out[(r["config"], r["task"])].append(r.get("output_ids") == base[pairing_key(r)])
     return out
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimator of pass@k from n samples of which c are correct (Chen et al. 2021):
+    1 - C(n - c, k) / C(n, k), in exact integer arithmetic, then rounded once."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (got n={n}, c={c}, k={k})")
+    return float(1 - Fraction(math.comb(n - c, k), math.comb(n, k)))
+
+
+def per_example_verdicts(recs: list[dict]) -> list[tuple[int, int]]:
+    """(n, c) per example, in example order: samples without error that have a verdict, and the correct ones."""
+    counts: dict[tuple[str, str], list[int]] = {}
+    for r in sorted(recs, key=example_key):
+        if not r.get("error") and r.get("correct") is not None:
+            pair = counts.setdefault(example_key(r), [0, 0])
+            pair[0] += 1
+            pair[1] += bool(r["correct"])
+    return [(n, c) for n, c in counts.values()]
 
 
 def bootstrap_ci(values: list[float], level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES,
@@ -131,7 +179,9 @@ def wilson_ci(successes: int, n: int, z: float = 1.959964) -> tuple[float, float
     return (0.0 if successes == 0 else lo), (1.0 if successes == n else hi)  # exact ends, no rounding
 
 
-def summarize(records: Iterable[dict]) -> list[dict]:
+def summarize(records: Iterable[dict], pass_k: int | None = None) -> list[dict]:
+    """One row per (config, task); ``pass_k``: the k of pass@k where a configuration has N > 1 samples
+    per example (default N; a k above a configuration's N gives it no pass@k)."""
     samples = collapse_repeats(records)
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in samples:
@@ -142,14 +192,32 @@ def summarize(records: Iterable[dict]) -> list[dict]:
     matches = ntp_matches(samples, baseline)
     ntp_tokens = {key: r["tokens"] for key, r in baseline.items()}
     return [{**_row(config, task, recs, nfe_ratios.get((config, task), []), wall_ratios.get((config, task), []),
-                    matches.get((config, task), [])), **_length_against_ntp(recs, ntp_tokens)}
+                    matches.get((config, task), [])), **_length_against_ntp(recs, ntp_tokens),
+             **_pass_rates(recs, pass_k)}
             for (config, task), recs in groups.items()]
 
 
-def _length_against_ntp(recs: list[dict], ntp_tokens: dict[tuple[str, str], int]) -> dict:
+def _pass_rates(recs: list[dict], pass_k: int | None) -> dict:
+    """With N > 1 samples per example: pass@1 as accuracy (mean over examples of c/n, bootstrap interval
+    over examples, which are independent where samples of one example are not) and pass@k."""
+    samples = max(Counter(example_key(r) for r in recs).values())
+    row = {"samples": samples, "pass_k": None, "pass_at_k": None, "pass_at_k_lo": None, "pass_at_k_hi": None}
+    verdicts = per_example_verdicts(recs)
+    if samples == 1 or not verdicts:
+        return row
+    rates = [c / n for n, c in verdicts]
+    row["accuracy"] = mean(rates)
+    row["accuracy_lo"], row["accuracy_hi"] = bootstrap_ci(rates)
+    k = pass_k or samples
+    estimates = [pass_at_k(n, c, k) for n, c in verdicts if n >= k]
+    lo, hi = bootstrap_ci(estimates)
+    return {**row, "pass_k": k, "pass_at_k": _mean(estimates), "pass_at_k_lo": lo, "pass_at_k_hi": hi}
+
+
+def _length_against_ntp(recs: list[dict], ntp_tokens: dict[tuple, int]) -> dict:
     """Mean output length against NTP's on the examples both finished (see the module docstring)."""
-    pairs = [(r["tokens"], ntp_tokens[example_key(r)]) for r in recs
-             if not r.get("error") and example_key(r) in ntp_tokens]
+    pairs = [(r["tokens"], ntp_tokens[pairing_key(r)]) for r in recs
+             if not r.get("error") and pairing_key(r) in ntp_tokens]
     ntp_total = sum(ntp for _, ntp in pairs)
     if not ntp_total:
         return {"tokens_vs_ntp": None, "tokens_differ_from_ntp": None}

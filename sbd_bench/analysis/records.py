@@ -81,6 +81,8 @@ FIELD_TYPES = {
     "params": (lambda v: isinstance(v, dict), "an object"),
     "block_size": (lambda v: _count(v) and v >= 1, "an integer >= 1"),
     "repeat": (_count, "an integer >= 0"),
+    "sample": (_count, "an integer >= 0"),  # sampled configurations only
+    "seed": (_count, "an integer >= 0"),
     "prompt_tokens": (_count, "an integer >= 0"),
     "output_ids": (_counts, "a list of integers >= 0"),
     "output_text": (lambda v: isinstance(v, str), "a string"),

@@ -4,7 +4,7 @@
 
 Writes into the run folder (atomically, each file complete or absent):
   report.md               provenance, the main table, then three narrow detail tables (accuracy and speed
-                          factors with 95% intervals; wall-clock against predicted speed factors; the
+                          factors with 95% intervals, pass@k with several samples per example; wall-clock against predicted speed factors; the
                           decoding profile), the measured cost curve, failures
   table.csv               the main table: rows = solver configurations, columns = tasks,
                           cells = accuracy (%) / speed factor (NFE) relative to NTP
@@ -41,6 +41,11 @@ LENGTH_FOOTNOTE = (f"{LENGTH_MARK} mean output length differs from NTP's by more
                    "forwards spent on different amounts of text, and one that stops early looks faster than it is; "
                    "tokens per forward is the fairer figure there.")
 SPEED_TIE = 0.01  # speed factors within 1% of each other count as equal on the Pareto front
+SAMPLED_NOTE = ("Sampled run: N samples of each example per configuration (`n` counts samples), each with its seed in "
+                "samples.jsonl. Accuracy is pass@1, the mean over examples of c/n; pass@k is the mean over examples "
+                "of the unbiased estimator 1 - C(n-c, k)/C(n, k) (Chen et al. 2021); both intervals are bootstrapped "
+                "over examples. Speed factors pair each configuration with NTP at its own sampling settings, sample "
+                "by sample, and divide the sums over an example's samples.")
 
 
 # --------------------------------------------------------------------------------- order and marks
@@ -101,11 +106,24 @@ def main_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
 Column = tuple[str, Callable[[dict], str]]
 
 
-def accuracy_speed_columns() -> list[Column]:
+def sampled_rows(rows: list[dict]) -> bool:
+    """Whether some configuration has N > 1 samples per example (then accuracy is pass@1, and pass@k shows)."""
+    return any((r.get("samples") or 1) > 1 for r in rows)
+
+
+def pass_at_k_cell(r: dict) -> str:
+    if r.get("pass_at_k") is None:
+        return "-"
+    return f"pass@{r['pass_k']}: {_pct(r['pass_at_k'])}" + _interval(r["pass_at_k_lo"], r["pass_at_k_hi"], _pct)
+
+
+def accuracy_speed_columns(sampled: bool = False) -> list[Column]:
+    accuracy = "accuracy = pass@1 % [95% CI]" if sampled else "accuracy % [95% CI]"
     return [
         ("n", lambda r: str(r["n"])),
         ("errors", lambda r: str(r["errors"])),
-        ("accuracy % [95% CI]", lambda r: _pct(r["accuracy"]) + _interval(r["accuracy_lo"], r["accuracy_hi"], _pct)),
+        (accuracy, lambda r: _pct(r["accuracy"]) + _interval(r["accuracy_lo"], r["accuracy_hi"], _pct)),
+        *([("pass@k % [95% CI]", pass_at_k_cell)] if sampled else []),
         ("= NTP output %", lambda r: _pct(r.get("ntp_match_rate"))),
         ("speed factor NFE [95% CI]", lambda r: _x(r["speed_factor_nfe"]) + length_mark(r)
          + _interval(r["speed_factor_nfe_lo"], r["speed_factor_nfe_hi"], _x)),
@@ -409,12 +427,16 @@ def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dic
              markdown(header, body), ""]
     if any(r.get("tokens_differ_from_ntp") for r in rows):
         text += [LENGTH_FOOTNOTE, ""]
+    sampled = sampled_rows(rows)
+    if sampled:
+        text += [SAMPLED_NOTE, ""]
     text += ["## Details", ""]
     text += _table_section(
         "Accuracy and speed factors", "95% intervals: Wilson for accuracy, seeded percentile bootstrap over examples "
-        "for speed factors. Wall-clock speed factors use decode time (prefill is timed apart). '= NTP output': the "
-        "share of examples whose output ids equal NTP's (100% for verified configurations, `verify=on`).",
-        rows, accuracy_speed_columns())
+        "for speed factors (and for accuracy and pass@k with several samples per example). Wall-clock speed factors "
+        "use decode time (prefill is timed apart). '= NTP output': the share of samples whose output ids equal NTP's "
+        "(100% for greedy verified configurations, `verify=on`; sampled ones are distributed as NTP's instead).",
+        rows, accuracy_speed_columns(sampled))
     if predictions:
         text += _table_section(
             "Wall-clock speed factor, measured and predicted", "Predicted speed factors apply a cost model to each "
@@ -469,7 +491,7 @@ def _write_report(run_dir: Path, out_dir: Path | None, summary: dict, records: l
     matplotlib.use("Agg")
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = ordered(summarize(records))
+    rows = ordered(summarize(records, ((summary.get("provenance") or {}).get("config") or {}).get("pass_k")))
     predictions = prediction_columns(summary, records)
     write_text_atomic(out_dir / "table.csv", csv_text(*main_table(rows)))
     long_header = list(SUMMARY_ROW_FIELDS) + list(predictions)

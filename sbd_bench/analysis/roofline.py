@@ -24,7 +24,7 @@ from statistics import mean
 from typing import Callable
 
 from ..types import UsageError
-from .metrics import BASELINE_SOLVER, collapse_repeats, example_key
+from .metrics import BASELINE_SOLVER, collapse_repeats, example_key, pairing_key
 
 
 @dataclass(frozen=True)
@@ -130,13 +130,18 @@ def sample_cost(rec: dict, t: Callable[[int, int], float]) -> float:
 def predicted_speed_factors(records: list[dict], t: Callable[[int, int], float]) -> dict[tuple[str, str], float]:
     """(config, task) -> mean over examples of cost(ntp) / cost(config), paired like speed_factor_wall."""
     samples = [r for r in collapse_repeats(records) if not r.get("error")]
-    base = {example_key(r): sample_cost(r, t) for r in samples if r["solver"] == BASELINE_SOLVER}
-    ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for r in samples:
-        if example_key(r) in base:
+    base = {pairing_key(r): sample_cost(r, t) for r in samples if r["solver"] == BASELINE_SOLVER}
+    sums: dict[tuple, list[float]] = {}  # an example's samples pool, as in metrics.paired_ratios
+    for r in sorted(samples, key=lambda r: (example_key(r), int(r.get("sample", 0)))):
+        if pairing_key(r) in base:
             cost = sample_cost(r, t)
             if cost > 0:
-                ratios[(r["config"], r["task"])].append(base[example_key(r)] / cost)
+                pair = sums.setdefault((r["config"], r["task"], str(r["id"])), [0.0, 0.0])
+                pair[0] += base[pairing_key(r)]
+                pair[1] += cost
+    ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for (config, task, _), (b, cost) in sums.items():
+        ratios[(config, task)].append(b / cost)
     return {key: mean(values) for key, values in ratios.items()}
 
 

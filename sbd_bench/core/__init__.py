@@ -2,5 +2,6 @@
 
 Model loading (``model``), attention masks (``masks``), KV caches (``cache``), the decoder with its
 prefill / NTP step / block step, one loop per decode mode for batch 1 and batch N, and the one place
-NFE is counted (``decoding``), and the CUDA fast path (``fastpath``).
+NFE is counted (``decoding``), the CUDA fast path (``fastpath``) and token choice above temperature 0
+(``sampling``).
 """

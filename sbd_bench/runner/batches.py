@@ -4,7 +4,8 @@ time by the core's ``Decoder.generate_batch``, with a batch that does not fit in
     >>> for record in batched_records(lm, todo, cfg): writer.write(record)
 
 Outputs and NFE equal batch 1's (core/decoding.py); records come in the batch-1 order, and a sample's
-timings are its 1/N share of its batch's.
+timings are its 1/N share of its batch's. The N samples of one example (``--samples``) are decoded side
+by side in one batch, each row with its own seed.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 from ..core.fastpath import FastPath
 from ..types import Solver, UsageError
 from .memory import MemoryMonitor
-from .samples import failed_sample, make_decoder, sample_record
+from .samples import Planned, failed_sample, make_decoder, sample_record
 
 
 class BatchSizeError(UsageError):
@@ -76,58 +77,62 @@ def free_memory(lm=None) -> None:
         torch.cuda.empty_cache()
 
 
-def _example_chunks(todo: list, batch_size: int) -> list[list[tuple]]:
-    """Group ``todo`` [(task, example, ids, repeat, solver)] (examples outer) into chunks of at most
-    ``batch_size`` consecutive examples of one task (they share stop strings and budget). Each chunk
-    is a list of (task, example, ids, [(repeat, solver), ...])."""
-    examples: list[tuple] = []
-    for task, example, ids, repeat, solver in todo:
-        if examples and examples[-1][0] is task and examples[-1][1] is example:
-            examples[-1][3].append((repeat, solver))
+def _example_chunks(todo: list[Planned], batch_size: int) -> list[list[list[Planned]]]:
+    """Group ``todo`` (examples outer) into chunks of at most ``batch_size`` consecutive units of one
+    task (they share stop strings and budget); a unit is the planned items of one (example, sample)."""
+    units: list[list[Planned]] = []
+    for item in todo:
+        last = units[-1][0] if units else None
+        if last and last.task is item.task and last.example is item.example and last.sample == item.sample:
+            units[-1].append(item)
         else:
-            examples.append((task, example, ids, [(repeat, solver)]))
-    chunks: list[list[tuple]] = []
-    for item in examples:
-        if chunks and chunks[-1][0][0] is item[0] and len(chunks[-1]) < batch_size:
-            chunks[-1].append(item)
+            units.append([item])
+    chunks: list[list[list[Planned]]] = []
+    for unit in units:
+        if chunks and chunks[-1][0][0].task is unit[0].task and len(chunks[-1]) < batch_size:
+            chunks[-1].append(unit)
         else:
-            chunks.append([item])
+            chunks.append([unit])
     return chunks
 
 
-def _decode_chunk(lm, cfg, batcher: FittingBatcher, chunk: list[tuple], repeat: int, solver: Solver) -> dict:
-    """{example index in chunk: record} for the chunk's examples that need (repeat, solver)."""
-    needed = [i for i, (_, _, _, wanted) in enumerate(chunk) if any(r == repeat and s is solver for r, s in wanted)]
-    task = chunk[0][0]
+def _decode_chunk(lm, cfg, batcher: FittingBatcher, chunk: list[list[Planned]], repeat: int, solver: Solver) -> dict:
+    """{unit index in chunk: record} for the chunk's units that need (repeat, solver)."""
+    needed = {i: item for i, unit in enumerate(chunk) for item in unit if item.repeat == repeat and item.solver is solver}
+    task = chunk[0][0].task
 
     def decode(part: list[int]) -> list[dict]:
+        items = [needed[i] for i in part]
+        seeds = [item.seed for item in items]
+        options = {} if all(seed is None for seed in seeds) else {"seeds": seeds}  # a greedy run: --seed for all
         with MemoryMonitor(lm.device) as mem:
-            gens = make_decoder(lm, task, cfg).generate_batch([chunk[i][2] for i in part], solver)
-        return [sample_record(task, chunk[i][1], chunk[i][2], solver, cfg, repeat, gen, mem.result, len(part))
-                for i, gen in zip(part, gens)]
+            gens = make_decoder(lm, task, cfg).generate_batch([item.ids for item in items], solver, **options)
+        return [sample_record(task, item.example, item.ids, solver, cfg, repeat, gen, mem.result, len(part),
+                              item.sample, item.seed) for item, gen in zip(items, gens)]
 
     try:
-        return dict(zip(needed, batcher.run(decode, needed)))
+        return dict(zip(needed, batcher.run(decode, list(needed))))
     except Exception as exc:  # noqa: BLE001 - as at batch 1: the error is recorded, the sweep goes on
         free_memory(lm)
-        return {i: failed_sample(task, chunk[i][1], chunk[i][2], solver, cfg, repeat, exc) for i in needed}
+        return {i: failed_sample(task, item.example, item.ids, solver, cfg, repeat, exc, item.sample, item.seed)
+                for i, item in needed.items()}
 
 
-def batched_records(lm, todo: list, cfg, report=None):
-    """The records of ``todo`` [(task, example, ids, repeat, solver)], in that order, decoded
-    ``cfg.batch_size`` examples of one task at a time (one batch per repeat and configuration)."""
+def batched_records(lm, todo: list[Planned], cfg, report=None):
+    """The records of ``todo``, in that order, decoded ``cfg.batch_size`` (example, sample) units of one
+    task at a time (one batch per repeat and configuration): the N samples of one example share batches."""
     import sys
 
     batcher = FittingBatcher(cfg.batch_size, report or (lambda line: print(line, file=sys.stderr, flush=True)),
                              free=lambda: free_memory(lm))
     for chunk in _example_chunks(todo, cfg.batch_size):
         done: dict[tuple, dict] = {}
-        for repeat, solver in dict.fromkeys(pair for *_, wanted in chunk for pair in wanted):
+        for repeat, solver in dict.fromkeys((item.repeat, item.solver) for unit in chunk for item in unit):
             for i, record in _decode_chunk(lm, cfg, batcher, chunk, repeat, solver).items():
                 done[(i, repeat, solver.label)] = record
-        for i, (_, _, _, wanted) in enumerate(chunk):
-            for repeat, solver in wanted:
-                yield done[(i, repeat, solver.label)]
+        for i, unit in enumerate(chunk):
+            for item in unit:
+                yield done[(i, item.repeat, item.solver.label)]
 
 
 def warm_up_batches(lm, work: list, solvers: list[Solver], cfg) -> None:

@@ -45,7 +45,7 @@ from ..types import SCHEMA_VERSION, Example, Solver, Task, UsageError
 from .batches import batched_records, warm_up_batches
 from .costcurve import measure_cost_curve
 from .memory import nvml_for
-from .samples import RunConfig, measure_sample, prompt_hash, use_fast_path
+from .samples import Planned, RunConfig, is_sampled, measure_sample, prompt_hash, sample_seed, use_fast_path
 
 MODEL_CONFIG_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                      "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings", "tie_word_embeddings")
@@ -159,14 +159,16 @@ def unknown_characters(work, tokenizer) -> dict | None:
             "of_prompts": len(work), "characters": dict(characters.most_common())}
 
 
-def plan_samples(work, solvers: list[Solver], repeats: int):
-    """Every sample of the run in measuring order: examples outer, repeats, configurations inner."""
-    return [(task, example, ids, repeat, solver)
-            for task, example, ids in work for repeat in range(repeats) for solver in solvers]
-
-
-def _key(task: Task, example: Example, repeat: int, solver: Solver) -> tuple:
-    return solver.label, task.name, str(example.id), repeat
+def plan_samples(work, solvers: list[Solver], cfg: RunConfig) -> list[Planned]:
+    """Every sample of the run in measuring order: examples outer, then samples, repeats, configurations
+    inner (every configuration decodes sample s of an example with the same seed, back to back)."""
+    planned = []
+    for task, example, ids in work:
+        for sample in range(cfg.samples):
+            seed = sample_seed(cfg.seed, task.name, example.id, sample)
+            planned += [Planned(task, example, ids, repeat, solver, sample, seed if is_sampled(solver, cfg) else None)
+                        for repeat in range(cfg.repeats) for solver in solvers]
+    return planned
 
 
 def warm_up(lm, work, solvers, cfg) -> None:
@@ -208,11 +210,12 @@ def _open_run_folder(out: Path, resume: bool) -> tuple[dict | None, list[dict]]:
 
 def _check_kept_records(records: list[dict], planned, out: Path) -> None:
     """Records found in a folder without summary.json must be samples of this command's run: same
-    (configuration, task, example, repeat) and the same prompt."""
-    hashes = {_key(task, example, repeat, solver): prompt_hash(ids) for task, example, ids, repeat, solver in planned}
+    (configuration, task, example, sample, repeat), the same prompt and the same seed."""
+    seeds = {item.key: item.seed for item in planned}
+    hashes = {item.key: prompt_hash(item.ids) for item in planned}
     for number, record in enumerate(records, start=1):
         key = metrics.sample_key(record)
-        if key not in hashes or record.get("prompt_hash") not in (None, hashes[key]):
+        if key not in hashes or record.get("prompt_hash") not in (None, hashes[key]) or record.get("seed") != seeds[key]:
             raise UsageError(f"{out / SAMPLES}:{number} ({record['config']} on {record['task']}/{record['id']}) is not a "
                              f"sample of this command's run: continue the folder with the command that started it, "
                              f"or choose another --out")
@@ -283,7 +286,7 @@ def run(cfg: RunConfig, progress: Progress | None = None, resume: bool = False) 
     ``resume``, only those the folder has no record of yet. Bad input is refused before the model loads
     where it can be, and a refusal never changes the folder."""
     progress = progress or Progress()
-    solvers = parse_solver_spec(cfg.solvers, solver_registry(cfg.plugins))
+    solvers = parse_solver_spec(cfg.solvers, solver_registry(cfg.plugins), cfg.sampling)
     tasks = load_tasks(cfg)
     out = Path(cfg.out)
     if resume and not out.is_dir():
@@ -310,7 +313,7 @@ def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list
         rank, world = cfg.shard  # has checked that every rank gets one)
         work = work[rank::world]
     check_model_output(lm, work[0][2])  # a model that computes NaN is refused before anything is decoded
-    planned = plan_samples(work, solvers, cfg.repeats)
+    planned = plan_samples(work, solvers, cfg)
     prov = provenance(cfg, lm, threads_chosen)
     unknown = unknown_characters(work, lm.tokenizer)
     if unknown:  # recorded, and said once per run (below): the model reads those prompts with holes in them
@@ -339,12 +342,14 @@ def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list
     write_json_atomic(out / SUMMARY, summary)
 
     done = {metrics.sample_key(r) for r in kept}
-    todo = [s for s in planned if _key(s[0], s[1], s[3], s[4]) not in done]
+    todo = [item for item in planned if item.key not in done]
     try:
         if unknown:
             progress.message(_unknown_warning(unknown, shipped_relative(lm.path)))
         progress.message(f"{shipped_relative(lm.path)} on {lm.device}, {threads} thread(s) ({threads_chosen}); "
                          f"{len(todo)} of {len(planned)} samples to decode into {out}")
+        for line in sampling_notes(cfg, solvers):
+            progress.message(line)
         if todo:
             warm_up(lm, work, solvers, cfg)
         if cfg.cost_curve and not summary.get("cost_curve"):
@@ -372,8 +377,8 @@ def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progr
     if cfg.batch_size > 1:
         records = batched_records(lm, todo, cfg)
     else:
-        records = (measure_sample(lm, task, example, ids, solver, cfg, repeat)
-                   for task, example, ids, repeat, solver in todo)
+        records = (measure_sample(lm, item.task, item.example, item.ids, item.solver, cfg, item.repeat, item.sample,
+                                  item.seed) for item in todo)
     progress.start(total, done)
     try:
         for record in records:
@@ -389,11 +394,25 @@ def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progr
         write_summary(out, summary, total)
 
 
+def sampling_notes(cfg: RunConfig, solvers: list[Solver]) -> list[str]:
+    """Settings that do nothing, said once (not refused: a sweep may mix greedy and sampled configurations)."""
+    notes = []
+    if cfg.temperature == 0 and (cfg.top_p < 1 or cfg.top_k) and all(s.sampling.greedy for s in solvers):
+        notes.append("note: --top-p and --top-k act only at a temperature > 0; every configuration here is greedy")
+    greedy = [s.label for s in solvers if s.sampling.greedy and s.deterministic]
+    if cfg.samples > 1 and greedy:
+        notes.append(f"note: --samples {cfg.samples} decodes each example {cfg.samples} times, and greedy "
+                     f"configurations ({', '.join(greedy)}) give the same output every time")
+    return notes
+
+
 def write_summary(out: Path, summary: dict, total: int) -> None:
     records = read_records(out / SAMPLES)
-    summary["rows"] = metrics.summarize(records)
+    config = (summary.get("provenance") or {}).get("config") or {}
+    summary["rows"] = metrics.summarize(records, config.get("pass_k"))
     summary["failures"] = [{"config": r["config"], "task": r["task"], "id": r["id"], "repeat": r.get("repeat", 0),
-                            "error": r["error"]} for r in records if r.get("error")]
+                            **({"sample": r["sample"]} if "sample" in r else {}), "error": r["error"]}
+                           for r in records if r.get("error")]
     summary["complete"] = len({metrics.sample_key(r) for r in records}) >= total
     summary["samples"] = {"planned": total, "recorded": len(records)}
     summary["resume_command"] = None if summary["complete"] else resume_command(out)

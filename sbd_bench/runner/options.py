@@ -8,11 +8,12 @@ DTYPES = ["auto", "float32", "bfloat16", "float16"]
 
 
 def add_decode_options(parser: argparse.ArgumentParser) -> None:
-    """The model, how it runs, and what every decode shares (block size, budget, seed, plugins)."""
+    """The model, how it runs, and what every decode shares (block size, budget, seed, sampling, plugins)."""
     parser.add_argument("--model", default="sbd-tiny", help="shipped model name or local HF folder")
     parser.add_argument("--block-size", type=int, default=16, help="k, the positions decoded together in a block")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: each task's own budget")
-    parser.add_argument("--seed", type=int, default=0, help="seed of randomised solvers (random_order)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of randomised solvers (random_order) and, hashed per example and sample, of sampling")
     parser.add_argument("--plugins", action="append", default=[], metavar="DIR", help="folder of solver .py files")
     parser.add_argument("--device", default="auto", help="auto|cpu|cuda[:N]")
     parser.add_argument("--dtype", default="auto", choices=DTYPES, help="auto: bfloat16 on CUDA, float32 on CPU")
@@ -21,6 +22,12 @@ def add_decode_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                         help="torch.compile the fast path's forward inside its graphs (default: on with the graphs; "
                              "--no-compile keeps graphs only)")
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="sample tokens at this temperature (0: greedy, argmax); a spec's temperature= overrides it")
+    parser.add_argument("--top-p", type=float, default=1.0,
+                        help="with a temperature: keep the most probable tokens whose mass reaches P (1: all)")
+    parser.add_argument("--top-k", type=int, default=0,
+                        help="with a temperature: keep the K most probable tokens (0: all)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: 1 for a model under 100M parameters on the CPU, else the "
                              "cores the machine's load leaves free; recorded)")

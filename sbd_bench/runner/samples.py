@@ -1,11 +1,17 @@
 """One sample: the run's settings (``RunConfig``), the decoder they give, and the record of one
-decoded (configuration, example, repeat), or of its failure.
+decoded (configuration, example, sample, repeat), or of its failure.
 
     >>> record = measure_sample(lm, task, example, prompt_ids, solver, RunConfig(), repeat=0)
     >>> record["nfe"], record["correct"]
 
 One measurement routine for every solver: the decoder synchronises the device before each clock read
 and times prefill apart from decoding; memory is read around each sample.
+
+Sampled configurations (temperature > 0, or ``--samples N`` > 1) decode each example N times; sample s
+of an example has the seed ``sample_seed(--seed, task, id, s)``, the same for every configuration
+(common random numbers: NTP and a solver draw from the same streams), recorded beside ``sample``. The
+seed alone fixes the sample's tokens, whatever the batch it is decoded in, so ``--resume`` decodes a
+missing sample exactly as the interrupted run would have. Greedy runs record neither field.
 """
 from __future__ import annotations
 
@@ -13,12 +19,13 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
 from ..core.decoding import Decoder
 from ..core.model import LoadedModel
-from ..types import Example, Solver, Task, UsageError
+from ..types import Example, Sampling, SamplingError, Solver, Task, UsageError, sampling_problem
 from .memory import MemoryMonitor
 
 
@@ -49,6 +56,11 @@ class RunConfig:
     compile: bool | None = None  # torch.compile inside the fast path's graphs; None: on with the graphs
     device_map: str | None = None  # e.g. "auto": spread a model too large for one GPU (accelerate)
     shard: tuple[int, int] | None = None  # (rank, world_size) under torchrun (distributed.py)
+    temperature: float = 0.0  # run-wide sampling defaults; a spec's temperature=/top_p=/top_k= override them
+    top_p: float = 1.0
+    top_k: int = 0
+    samples: int = 1  # decodes of each example per configuration (N of pass@k)
+    pass_k: int | None = None  # the k of pass@k (None: N)
 
     def __post_init__(self):
         if not 0 <= self.seed < 2 ** 64:  # torch's seed range (it raises an overflow error past it)
@@ -69,9 +81,22 @@ class RunConfig:
             raise UsageError(f"--batch-size must be >= 1 (got {self.batch_size})")
         if self.compile and self.fast is False:
             raise UsageError("--compile compiles the fast path's forward, which --no-fast turns off: drop one of them")
+        problem = sampling_problem(self.temperature, self.top_p, self.top_k)
+        if problem:
+            raise SamplingError(f"--{problem[0].replace('_', '-')} {problem[1]}")
+        if self.samples < 1:
+            raise SamplingError(f"--samples must be >= 1 (got {self.samples}); 1 decodes each example once")
+        if self.pass_k is not None and not 1 <= self.pass_k <= self.samples:
+            raise SamplingError(f"--pass-k {self.pass_k} needs 1 <= k <= --samples ({self.samples}): pass@k is estimated "
+                                f"from at least k samples per example; raise --samples or lower --pass-k")
         if self.fast and self.device_map is not None:
             raise UsageError("--fast cannot be combined with --device-map: CUDA graphs do not span devices; "
                              "drop --fast (a device-mapped model runs eagerly)")
+
+    @property
+    def sampling(self) -> Sampling:
+        """The run-wide sampling settings (``--temperature``, ``--top-p``, ``--top-k``)."""
+        return Sampling(self.temperature, self.top_p, self.top_k)
 
     def to_json(self) -> dict:
         """The settings as recorded in provenance; paths made absolute so `--resume` works from anywhere."""
@@ -99,28 +124,61 @@ def use_fast_path(cfg: RunConfig, lm: LoadedModel) -> bool:
     return cfg.fast
 
 
-def make_decoder(lm: LoadedModel, task: Task, cfg: RunConfig) -> Decoder:
+def make_decoder(lm: LoadedModel, task: Task, cfg: RunConfig, seed: int | None = None) -> Decoder:
+    """The decoder of one sample (``seed``: its own, None: the run's --seed) or of a batch of them."""
     budget = cfg.max_new_tokens or task.max_new_tokens
-    return Decoder(lm, block_size=cfg.block_size, max_new_tokens=budget, stop_strings=task.stop, seed=cfg.seed,
-                   fast=use_fast_path(cfg, lm), compile=cfg.compile)
+    return Decoder(lm, block_size=cfg.block_size, max_new_tokens=budget, stop_strings=task.stop,
+                   seed=cfg.seed if seed is None else seed, fast=use_fast_path(cfg, lm), compile=cfg.compile)
+
+
+# --------------------------------------------------------------------------------------- samples
+class Planned(NamedTuple):
+    """One decode the run has planned: a configuration on an example, its sample index and repeat."""
+
+    task: Task
+    example: Example
+    ids: list[int]
+    repeat: int
+    solver: Solver
+    sample: int = 0
+    seed: int | None = None  # None: a greedy run's sample (decoded with --seed, recorded without one)
+
+    @property
+    def key(self) -> tuple:
+        """The record's ``metrics.sample_key``."""
+        return self.solver.label, self.task.name, str(self.example.id), self.sample, self.repeat
+
+
+def is_sampled(solver: Solver, cfg: RunConfig) -> bool:
+    """Whether the configuration's records are samples with seeds: a temperature, or N > 1 decodes."""
+    return cfg.samples > 1 or not solver.sampling.greedy
+
+
+def sample_seed(run_seed: int, task: str, example_id, sample: int) -> int:
+    """The seed of sample ``sample`` of one example: a hash of the run's --seed, the task and the example
+    id, so it does not depend on --limit, the example's place or the batch (48 bits: exact in JSON
+    readers that hold numbers as doubles)."""
+    digest = hashlib.sha256(json.dumps([run_seed, task, str(example_id), sample]).encode()).digest()
+    return int.from_bytes(digest[:6], "little")
 
 
 def decode_sample(lm: LoadedModel, task: Task, example: Example, prompt_ids: list[int], solver: Solver,
-                  cfg: RunConfig, repeat: int = 0) -> dict:
-    """Decode one example with one solver configuration and return its sample record."""
-    decoder = make_decoder(lm, task, cfg)
+                  cfg: RunConfig, repeat: int = 0, sample: int = 0, seed: int | None = None) -> dict:
+    """Decode one example with one solver configuration and return its sample record (``seed`` None: a
+    greedy run's sample, recorded without sample index and seed)."""
+    decoder = make_decoder(lm, task, cfg, seed)
     with MemoryMonitor(lm.device) as mem:
         gen = decoder.generate(prompt_ids, solver)
-    return sample_record(task, example, prompt_ids, solver, cfg, repeat, gen, mem.result)
+    return sample_record(task, example, prompt_ids, solver, cfg, repeat, gen, mem.result, sample=sample, seed=seed)
 
 
 def sample_record(task: Task, example: Example, prompt_ids: list[int], solver: Solver, cfg: RunConfig,
-                  repeat: int, gen, memory: dict, batch_size: int = 1) -> dict:
+                  repeat: int, gen, memory: dict, batch_size: int = 1, sample: int = 0, seed: int | None = None) -> dict:
     """The record of one decoded sample; at batch size B its timings and memory are its batch's,
     the times divided by B (core/decoding.py)."""
     correct, detail = task.verdict(example, gen.output_text)
     return {
-        **_identity(task, example, prompt_ids, solver, cfg, repeat),
+        **_identity(task, example, prompt_ids, solver, cfg, repeat, sample, seed),
         "output_ids": gen.output_ids, "output_text": gen.output_text,
         "stop_reason": gen.stop_reason, "tokens": gen.tokens, "nfe": gen.nfe,
         "prefill_forwards": gen.prefill_forwards, "revealed_per_forward": gen.revealed_per_forward,
@@ -135,10 +193,10 @@ def sample_record(task: Task, example: Example, prompt_ids: list[int], solver: S
 
 
 def failed_sample(task: Task, example: Example, prompt_ids: list[int], solver: Solver, cfg: RunConfig,
-                  repeat: int, exc: BaseException) -> dict:
+                  repeat: int, exc: BaseException, sample: int = 0, seed: int | None = None) -> dict:
     """The record of a sample whose decoding raised: the error instead of figures."""
     message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-    return {**_identity(task, example, prompt_ids, solver, cfg, repeat),
+    return {**_identity(task, example, prompt_ids, solver, cfg, repeat, sample, seed),
             "output_ids": [], "output_text": "", "stop_reason": "error", "tokens": 0, "nfe": 0,
             "prefill_forwards": 0, "revealed_per_forward": [], "forwards_per_block": [],
             "drafted_per_block": None, "accepted_per_block": None, "replaced_per_block": None,
@@ -147,10 +205,11 @@ def failed_sample(task: Task, example: Example, prompt_ids: list[int], solver: S
             "memory": None, "score_detail": None}
 
 
-def _identity(task, example, prompt_ids, solver, cfg, repeat) -> dict:
+def _identity(task, example, prompt_ids, solver, cfg, repeat, sample=0, seed=None) -> dict:
+    drawn = {} if seed is None else {"sample": sample, "seed": seed}  # greedy records stay as they were
     return {"task": task.name, "id": example.id, "solver": solver.name, "params": solver.params,
-            "config": solver.label, "block_size": cfg.block_size, "repeat": repeat, "prompt_tokens": len(prompt_ids),
-            "prompt_hash": prompt_hash(prompt_ids)}
+            "config": solver.label, "block_size": cfg.block_size, "repeat": repeat, **drawn,
+            "prompt_tokens": len(prompt_ids), "prompt_hash": prompt_hash(prompt_ids)}
 
 
 def prompt_hash(prompt_ids: list[int]) -> str:
@@ -159,11 +218,11 @@ def prompt_hash(prompt_ids: list[int]) -> str:
     return hashlib.sha256(json.dumps(prompt_ids).encode()).hexdigest()[:12]
 
 
-def measure_sample(lm, task, example, ids, solver, cfg, repeat) -> dict:
+def measure_sample(lm, task, example, ids, solver, cfg, repeat, sample: int = 0, seed: int | None = None) -> dict:
     """decode_sample, with failure isolation: an exception (an OOM included) becomes an error record."""
     try:
-        return decode_sample(lm, task, example, ids, solver, cfg, repeat)
+        return decode_sample(lm, task, example, ids, solver, cfg, repeat, sample, seed)
     except Exception as exc:  # KeyboardInterrupt / SystemExit are not Exceptions: they stop the sweep
         if lm.device.type == "cuda":
             torch.cuda.empty_cache()  # give an OOM'd configuration's memory back to the next one
-        return failed_sample(task, example, ids, solver, cfg, repeat, exc)
+        return failed_sample(task, example, ids, solver, cfg, repeat, exc, sample, seed)

@@ -127,11 +127,12 @@ def cmd_throughput(args) -> int:
     out = Path(args.out or f"runs/throughput-{time.strftime('%Y%m%d-%H%M%S')}.json")
     # before the model loads: a folder, an unwritable place or a file another command wrote costs nothing
     check_output_file(out, "throughput.json", is_throughput_file, "throughput")
-    solvers = parse_solver_spec(args.solver, solver_registry(args.plugins))
-    task = load_task(expand_tasks(args.task)[0])
     cfg = RunConfig(model=args.model, block_size=args.block_size, max_new_tokens=args.max_new_tokens,
                     seed=args.seed, device=args.device, dtype=args.dtype, fast=args.fast, compile=args.compile,
-                    cost_curve=False, threads=args.threads)
+                    cost_curve=False, threads=args.threads, temperature=args.temperature, top_p=args.top_p,
+                    top_k=args.top_k)
+    solvers = parse_solver_spec(args.solver, solver_registry(args.plugins), cfg.sampling)
+    task = load_task(expand_tasks(args.task)[0])
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
     threads, threads_chosen = choose_threads(args.threads, lm)
     torch.set_num_threads(threads)

@@ -205,9 +205,16 @@ def _print_table(rows: list[dict], width: int | None = None) -> None:
     """The summary rows on stderr, one line each. Task and configuration names are never cut: their
     columns are as wide as the longest. Where the line must fit ``width`` (default: the terminal's
     when stderr is one; a log keeps its lines whole), a configuration name too long for the room left
-    wraps at its commas onto the lines below it, in its column."""
+    wraps at its commas onto the lines below it, in its column. With several samples per example, ``acc``
+    is pass@1 and pass@k follows it."""
     task_width = max([4, *(len(r["task"]) for r in rows)])
-    numbers = " ".join(f"{header:>{w}}" for header, w, _ in TABLE_COLUMNS)
+    columns = TABLE_COLUMNS
+    if any(r.get("pass_at_k") is not None for r in rows):  # --samples N > 1: acc is pass@1, pass@k beside it
+        ks = sorted({r["pass_k"] for r in rows if r.get("pass_k")})
+        header = f"pass@{ks[0]}" if len(ks) == 1 else "pass@k"
+        columns = [*TABLE_COLUMNS[:2], (header, max(7, len(header)), lambda r: _cell(r.get("pass_at_k"), ".3f")),
+                   *TABLE_COLUMNS[2:]]
+    numbers = " ".join(f"{header:>{w}}" for header, w, _ in columns)
     config_width = max([6, *(len(r["config"]) for r in rows)])
     if width is None and sys.stderr.isatty():
         width = shutil.get_terminal_size().columns
@@ -216,7 +223,7 @@ def _print_table(rows: list[dict], width: int | None = None) -> None:
     print(f"{'task':<{task_width}} {'config':<{config_width}} {numbers}", file=sys.stderr)
     for r in rows:
         first, *more = _wrap(r["config"], config_width)
-        cells = " ".join(f"{cell(r):>{w}}" for _, w, cell in TABLE_COLUMNS)
+        cells = " ".join(f"{cell(r):>{w}}" for _, w, cell in columns)
         print(f"{r['task']:<{task_width}} {first:<{config_width}} {cells}", file=sys.stderr)
         for piece in more:
             print(f"{'':<{task_width}} {piece}", file=sys.stderr)

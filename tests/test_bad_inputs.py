@@ -110,6 +110,17 @@ CASES = {
     "resume, records not UTF-8": ("run --resume {run_not_utf8}", "samples.jsonl:2 is not UTF-8 text"),
     "run into a folder another run writes": ("run --task arith --out {busy}", "is being written by another run (pid"),
     "resume a folder another run writes": ("run --resume {busy}", "is being written by another run (pid"),
+    "run --temperature -1": ("run --temperature -1 --out {root}/r2", "--temperature must be a number >= 0 (got -1.0)"),
+    "run --top-p 0": ("run --temperature 0.7 --top-p 0 --out {root}/r2", "--top-p must be in (0, 1] (got 0.0)"),
+    "run --top-p 1.5": ("run --top-p 1.5 --out {root}/r2", "--top-p must be in (0, 1] (got 1.5)"),
+    "run --top-k -1": ("run --top-k -1 --out {root}/r2", "--top-k must be an integer >= 0 (got -1)"),
+    "run --samples 0": ("run --samples 0 --out {root}/r2", "--samples must be >= 1 (got 0)"),
+    "pass@k with k > N": ("run --samples 4 --pass-k 8 --out {root}/r2", "--pass-k 8 needs 1 <= k <= --samples (4)"),
+    "a spec's temperature < 0": ("run --solver entropy_bounded:temperature=-0.5 --out {root}/r2",
+                                 "entropy_bounded: temperature must be a number >= 0 (got -0.5)"),
+    "a spec's top_p > 1": ("run --solver ntp:temperature=1;top_p=2 --out {root}/r2", "ntp: top_p must be in (0, 1]"),
+    "throughput --temperature -1": ("throughput --temperature -1 --out {root}/tp.json",
+                                    "--temperature must be a number >= 0"),
 }
 for _field, _value in (("nfe", '"many"'), ("tokens", "null"), ("correct", '"yes"'), ("accepted_per_block", '"all"')):
     _where = f"samples.jsonl:3: field '{_field}' is {_value}"
@@ -144,7 +155,7 @@ def test_bad_input_is_one_line_and_changes_nothing(case, w, tmp_path):
     if holder:
         assert f"pid {os.getpid()}" in err[0] and "the test's own run" in err[0]
     assert not (tmp_path / "runs").exists()  # no run folder started in the working folder
-    for name in ("t1", "t2", "t3", "t4", "r1"):
+    for name in ("t1", "t2", "t3", "t4", "r1", "r2", "tp.json"):
         assert not (w["root"] / name).exists()  # a refused `train` or `run` leaves no output folder behind
     assert {p: snapshot(p) for p in folders} == before  # every run folder exactly as it was
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 def build_tiny_model(folder: Path, family: str = "llama", seed: int = 0, max_positions: int = 256,
                      hidden: int = 32, layers: int = 2, alphabet: str | None = None, with_mask: bool = True,
-                     sharpen: bool = False) -> Path:
+                     sharpen: bool | float = False) -> Path:
+    """``sharpen``: True multiplies the LM head by 25 (near-greedy logits), a number by that number."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
@@ -29,7 +30,7 @@ def build_tiny_model(folder: Path, family: str = "llama", seed: int = 0, max_pos
         raise ValueError(f"unknown family {family!r}: llama or qwen3")
     if sharpen:
         with torch.no_grad():  # sharper logits than the 0.02-std init: fewer near-ties, varied outputs
-            model.lm_head.weight.mul_(25.0)
+            model.lm_head.weight.mul_(25.0 if sharpen is True else float(sharpen))
             # a zero mask embedding lets block logits depend on the context, as in a trained SBD model
             model.get_input_embeddings().weight[tok.mask_token_id].zero_()
     folder = Path(folder)

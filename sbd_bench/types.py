@@ -361,17 +361,19 @@ class Generation:
         return len(self.output_ids)
 
 
-# One line of samples.jsonl. Field names are stable: scripts and CI read them. "sample" (0..N-1) and "seed"
-# come after "repeat" in the records of sampled configurations only (temperature > 0, or --samples N > 1):
-# a greedy run's records are what they were before sampling existed.
+# One line of samples.jsonl. Field names are stable: scripts and CI read them.
 SAMPLE_FIELDS = (
-    "task", "id", "solver", "params", "config", "block_size", "repeat", "sample", "seed",
+    "task", "id", "solver", "params", "config", "block_size", "repeat",
     "prompt_tokens", "output_ids", "output_text", "stop_reason", "tokens", "nfe",
     "prefill_forwards", "revealed_per_forward", "forwards_per_block",
     "drafted_per_block", "accepted_per_block", "replaced_per_block",
     "wall_time_s", "prefill_time_s", "decode_time_s", "correct", "answer", "error",
     "peak_memory_bytes", "peak_memory_source", "memory", "prompt_hash", "score_detail", "batch_size",
 )
+
+# Fields that follow "repeat" in the records of sampled configurations only (temperature > 0, or --samples N
+# > 1): the sample's index 0..N-1 and its seed. A greedy run's records are what they were before sampling.
+SAMPLED_FIELDS = ("sample", "seed")
 
 # One row of summary.json "rows" (per solver configuration x task).
 SUMMARY_ROW_FIELDS = (

@@ -1,5 +1,5 @@
 """Token choice above temperature 0: HF generate's logits processing, the draw, and the speculative-sampling
-rule of verified decoding. Tensor functions only; the decode loops call them (README, 'Sampling').
+rule of verified decoding. Tensor functions only; the decode loops call them (docs/decoding.md, 'Sampling').
 
     >>> probs = probabilities(logits, Sampling(temperature=0.7, top_p=0.9))   # (..., V)
     >>> tokens = draw(probs, uniforms)                                          # (...)
@@ -92,7 +92,7 @@ def verifiable_drafts(reveal_steps: list[int]) -> int:
     """How many leading drafts the speculative rule may judge: all of them up to the first one revealed
     in an earlier forward than a draft to its left. Such a draft's left neighbour was drawn knowing it,
     so that neighbour's acceptance depends on it, and given the accepted prefix it is no longer
-    distributed as the q it was drawn from (README, 'Sampling'). Drafts revealed in one forward are
+    distributed as the q it was drawn from (docs/decoding.md, 'Sampling'). Drafts revealed in one forward are
     drawn independently given the block, so equal steps are fine. ``reveal_steps`` are the drafts'
     forward indices, left to right."""
     highest = -1

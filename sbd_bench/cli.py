@@ -250,6 +250,7 @@ def cmd_list(args) -> int:
     for name, cls in sorted(solver_registry(args.plugins).items()):
         params = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(cls)) or "no parameters"
         print(f"  {name:<16} {params:<32} {cls.description}")
+    print("  every spec also takes the core's options: verify=on|off (block solvers), temperature=T, top_p=P, top_k=K")
     print("tasks:")
     for name, cls in sorted(task_registry().items()):
         tag = " [suite]" if cls.suite else ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from typing import ClassVar
 
 import pytest
 import torch
@@ -19,9 +20,13 @@ import torch
 from chisquare import goodness_of_fit, homogeneity
 from test_sampling import hf_processed
 from tiny_models import build_tiny_model
+from sbd_bench.core.decoding import Decoder
 from sbd_bench.core.masks import attention_mask
 from sbd_bench.core.model import load_model
-from sbd_bench.types import Sampling
+from sbd_bench.registry import solver_registry
+from sbd_bench.types import BlockView, Sampling, Solver, Verified, reveal_top, sampled
+
+NTP, EntropyBounded = solver_registry()["ntp"], solver_registry()["entropy_bounded"]
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -162,3 +167,50 @@ def test_homogeneity_of_two_generate_runs(lm, prompt):
     """The two-sample test the core's draws are compared with generate's by: two seeds of generate agree."""
     statistic, df, p = homogeneity(hf_generate_draws(lm, prompt, seed=1), hf_generate_draws(lm, prompt, seed=2))
     assert p > ALPHA, (statistic, df, p)
+
+
+# ------------------------------------------------------------------------------------ the core's
+@dataclasses.dataclass(frozen=True)
+class RightToLeft(Solver):
+    """Test-only: the rightmost masked position each forward, so every draft after the first is drawn
+    knowing a draft to its right (the order that needs truncation)."""
+
+    name: ClassVar[str] = "right_to_left"
+
+    def select(self, view: BlockView) -> torch.Tensor:
+        rightness = torch.arange(view.k, dtype=torch.float32, device=view.masked.device).expand(view.masked.shape)
+        return reveal_top(rightness, view.masked, 1)
+
+
+def core_draws(lm, prompt, solver, n: int = DRAWS, first_seed: int = 0, block_size: int = 3) -> list[tuple]:
+    """The first three tokens of n samples (seeds first_seed, first_seed + 1, ...), decoded as one batch."""
+    decoder = Decoder(lm, block_size=block_size, max_new_tokens=3)
+    gens = decoder.generate_batch([prompt] * n, sampled(solver, SAMPLING), seeds=range(first_seed, first_seed + n))
+    return [tuple(g.output_ids) for g in gens]
+
+
+CONFIGS = {"ntp": NTP(), "entropy_bounded verified": Verified(EntropyBounded()),
+           "right_to_left verified": Verified(RightToLeft())}
+
+
+@pytest.fixture(scope="module")
+def core_samples(lm, prompt):
+    return {name: core_draws(lm, prompt, solver) for name, solver in CONFIGS.items()}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_the_cores_sampling_matches_the_exact_distribution_and_generate(name, lm, prompt, core_samples):
+    draws = Counter(core_samples[name])
+    assert sum(draws.values()) == DRAWS and all(len(cell) == 3 for cell in draws)
+    statistic, df, p = goodness_of_fit(draws, as_cells(exact_joint(lm, prompt)))
+    two = homogeneity(draws, hf_generate_draws(lm, prompt))
+    print(f"{name}: against the exact distribution chi2 {statistic:.1f}, df {df}, p {p:.3f}; against generate's "
+          f"draws chi2 {two[0]:.1f}, df {two[1]}, p {two[2]:.3f}")
+    assert p > ALPHA and two[2] > ALPHA
+
+
+def test_a_samples_tokens_depend_on_its_seed_only(lm, prompt, core_samples):
+    """Batch 1, or a row of 20,000: the same tokens (every configuration, 40 seeds)."""
+    for name, solver in CONFIGS.items():
+        alone = [core_draws(lm, prompt, solver, n=1, first_seed=seed)[0] for seed in range(0, DRAWS, DRAWS // 40)]
+        assert alone == core_samples[name][:: DRAWS // 40], name

@@ -27,8 +27,15 @@ core commits only what NTP's argmax, read from the same first forward, confirms;
 drafts: afterwards each keeps only its accepted keys/values, moved to end at the shared end again
 (``_realign``, ``cache.keep``); its padding grows by what the others kept more.
 
+Sampling (``solver.sampling``, docs/decoding.md, 'Sampling'): above temperature 0 the tokens are drawn
+from the processed distribution (core/sampling.py) with numbers from each row's own stream, seeded by
+its sample's seed and taken only in the forwards the row works in, so a row's tokens are batch 1's.
+Block solvers still choose positions from the untempered logits. Verified sampling judges drafts by the
+speculative-sampling rule (``_judge``), up to the first draft revealed before a draft to its left.
+
 Every model call goes through ``Decoder.forward``: it is the one place NFE is counted. Tokens are chosen
-from logits in ``next_tokens`` (NTP's) and ``_choose`` (a block's), drafts judged in ``verify_drafts``.
+from logits in ``next_tokens`` (NTP's) and ``_choose`` (a block's), drafts judged in ``verify_drafts``
+(greedy) or ``_judge`` (sampled).
 """
 from __future__ import annotations
 
@@ -38,11 +45,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..types import BlockView, Generation, Solver, UsageError
+from ..types import GREEDY, BlockView, Generation, Solver, UsageError
 from .cache import KVCache, StaticKVCache
 from .fastpath import FastPath, keeps_logits
 from .masks import Pattern
 from .model import LoadedModel
+from .sampling import DrawStream, draw, probabilities, speculative_verify, uniform_rows, verifiable_drafts
 
 
 class DecodeError(UsageError):
@@ -95,6 +103,7 @@ class _Row:
     budget: int
     pad: int  # cache columns left of the row's own (prompt padding, grown when verified rows realign)
     generator: torch.Generator | None  # a randomised solver's, seeded as at batch 1
+    stream: DrawStream | None = None  # sampling: the numbers of this row's draws (greedy: None)
     out: list[int] = field(default_factory=list)
     revealed: list[int] = field(default_factory=list)  # tokens committed by each forward
     blocks: dict = field(default_factory=lambda: {name: [] for name in BLOCK_FIELDS})
@@ -132,6 +141,8 @@ class Decoder:
         self.fast = FastPath.for_model(lm, compile) if fast else None
         self._mask_index = torch.tensor([lm.mask_token_id], device=lm.device)
         self._keeps_logits = keeps_logits(lm.model)
+        self.sampling = GREEDY  # the decode under way's (generate_batch sets it)
+        self._draft_probs: torch.Tensor | None = None  # verified sampling: (B, w, V) what each draft was drawn from
 
     def new_cache(self, batch: int, positions: int):
         """An empty cache for ``batch`` rows that will hold at most ``positions`` columns."""
@@ -220,25 +231,42 @@ class Decoder:
         cache.rollback(k)
         return logits
 
-    def next_tokens(self, logits: torch.Tensor) -> torch.Tensor:
-        """NTP's token from next-token logits (..., V) -> (...): the argmax (temperature 0)."""
-        return logits.argmax(-1)
+    def next_tokens(self, logits: torch.Tensor, rows: list[_Row], working: list[int]) -> torch.Tensor:
+        """NTP's token from next-token logits (B, 1, V) -> (B, 1): the argmax at temperature 0, else a draw
+        from the processed distribution, one number from each working row's stream."""
+        if self.sampling.greedy:
+            return logits.argmax(-1)
+        working_set = set(working)
+        u = self._uniforms(rows, [int(b in working_set) for b in range(len(rows))], 1)
+        return draw(probabilities(logits, self.sampling), u[:, :1])
+
+    def _uniforms(self, rows: list[_Row], counts: list[int], width: int) -> torch.Tensor:
+        """(B, width) numbers on the device: row b's next counts[b] from its stream, zeros after them."""
+        u = uniform_rows([r.stream for r in rows], counts, self.lm.device)
+        return torch.nn.functional.pad(u, (0, width - u.shape[1]))
 
     # ------------------------------------------------------------------------------- the loops
     def generate(self, prompt_ids: list[int], solver: Solver) -> Generation:
         """Decode one prompt: a batch of one."""
         return self.generate_batch([prompt_ids], solver)[0]
 
-    def generate_batch(self, prompts: list[list[int]], solver: Solver) -> list[Generation]:
-        """Decode ``prompts`` together (see the module docstring); one ``Generation`` per prompt."""
+    def generate_batch(self, prompts: list[list[int]], solver: Solver,
+                       seeds: list[int] | None = None) -> list[Generation]:
+        """Decode ``prompts`` together (see the module docstring); one ``Generation`` per prompt. ``seeds``:
+        each prompt's (a randomised solver's generator, sampling's stream); None: the decoder's seed for all.
+        A row's output depends on its prompt and seed only, not on the other rows."""
         if not prompts:
             return []
         for ids in prompts:
             self.check_prompt(ids)
+        seeds = [self.seed] * len(prompts) if seeds is None else list(seeds)
+        if len(seeds) != len(prompts):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
         device, longest, k = self.lm.device, max(map(len, prompts)), self.block_size
-        self.counters = Counters()
+        self.counters, self.sampling, self._draft_probs = Counters(), solver.sampling, None
         rows = [_Row(len(p), self._budget(len(p)), longest - len(p),
-                     None if solver.deterministic else torch.Generator().manual_seed(self.seed)) for p in prompts]
+                     None if solver.deterministic else torch.Generator().manual_seed(seed),
+                     None if self.sampling.greedy else DrawStream(seed)) for p, seed in zip(prompts, seeds)]
         pad_id = getattr(self.lm.tokenizer, "pad_token_id", None) or 0
         ids = torch.tensor([[pad_id] * r.pad + p for r, p in zip(rows, prompts)], dtype=torch.long, device=device)
         cache = self.new_cache(len(rows), longest + max(r.budget for r in rows) + 2 * k)
@@ -270,7 +298,7 @@ class Decoder:
         position, working = self._per_row([r.prompt_len - 1 for r in rows]), list(range(len(rows)))
         while working:
             logits = self.ntp_step(token, position, cache, self._key_pad(rows, cache, 1), working)  # (B, 1, V)
-            token, position = self.next_tokens(logits), position + 1  # (B, 1)
+            token, position = self.next_tokens(logits, rows, working), position + 1  # (B, 1)
             picked = token.tolist()  # the forward's one device read
             for b in working:
                 r = rows[b]
@@ -314,7 +342,8 @@ class Decoder:
         is committed only where it equals NTP's token after the tokens before it (``_verify``). NTP's token
         after the last carried one is exact: it is the block's first position; the solver drafts the rest
         in the same step, as if every draft were accepted (one device read per forward), void for a row
-        that rejects. Stops and the budget see committed tokens only, so the output is NTP's."""
+        that rejects. Stops and the budget see committed tokens only, so the output is NTP's; sampled, it
+        is distributed as NTP sampling's (``_judge``)."""
         device, filler = self.lm.device, self.lm.mask_token_id
         for r, token in zip(rows, last):
             r.pending = [token]
@@ -322,19 +351,29 @@ class Decoder:
             # 1. carry pending (its last draft too, unless final: drafting ended at a stop or the budget)
             carried = [[] if r.stop_reason else r.pending[:-1] if r.final else r.pending for r in rows]
             n = max(map(len, carried))
+            if not self.sampling.greedy:  # how many drafts the rule may judge, from their reveal steps
+                judged = [verifiable_drafts(r.reveal_step[1 : len(r.pending)]) for r in rows]
             starts = [cache.length - r.pad + len(c) for r, c in zip(rows, carried)]
             block = self._open_blocks(rows, starts, first=0)  # the first slot is NTP's, set below
             tokens = torch.tensor([[filler] * (n - len(c)) + c for c in carried], device=device)
             key_pad = self._key_pad(rows, cache, n, block.shape[1], carried)
             ntp_logits, logits = self.carry_step(tokens, block, self._per_row(starts), cache, key_pad, live)
-            ntp = self.next_tokens(ntp_logits)  # (B, n); a row's last carried token is at n - 1
+            if self.sampling.greedy:
+                ntp = self.next_tokens(ntp_logits, rows, live)  # (B, n); a row's last carried token is at n - 1
+                first = ntp[:, -1]
+            else:  # (B, 2): the drafts the rule accepts, then the token drawn after them
+                ntp, self._draft_probs = self._judge(ntp_logits, rows, carried, judged), None
+                first = ntp[:, 1]
             if block.shape[1]:
-                block[:, 0] = ntp[:, -1]  # NTP's token after the last carried one: the block's first position
+                block[:, 0] = first  # NTP's token after the last carried one: the block's first position
             working = [b for b in live if rows[b].size > 1]
             block, ntp_host, drafts = self._reveal(solver, logits, block, rows, working, 0, ntp)
             kept = [0] * len(rows)  # carried keys/values that stay
             for b in live:
-                kept[b] = self._verify(rows[b], ntp_host[b][n - len(carried[b]):], len(carried[b]))
+                r, c = rows[b], len(carried[b])
+                verdict = (verify_drafts(r.pending, ntp_host[b][n - c:]) if self.sampling.greedy
+                           else sampled_verdict(r.pending, *ntp_host[b], r.final))
+                kept[b] = self._verify(r, verdict, c)
             self._realign(cache, rows, carried, kept, n)
             # 2. the draft goes on, a forward of the blocks alone each time, until a row's block is full or a
             # stop or the budget among its drafts ends it (drafting, not generation)
@@ -407,8 +446,9 @@ class Decoder:
     def _choose(self, solver: Solver, logits: torch.Tensor, block: torch.Tensor, rows: list[_Row],
                 working: list[int], step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One solver decision over the working rows: (chosen (B, w) bool, the block with the chosen slots
-        set to their argmax). One batched call when they share a block size and the solver draws nothing;
-        else row by row, each row with its own generator, so that its draws match batch 1's."""
+        set to their argmax, or sampled, to their draws: ``_draw_block``). One batched call when they share a
+        block size and the solver draws nothing; else row by row, each row with its own generator, so that
+        its draws match batch 1's."""
         batch, width = block.shape
         sizes = {rows[b].size for b in working}
         if solver.deterministic and len(sizes) == 1:
@@ -429,11 +469,31 @@ class Decoder:
                                           f"select must return a bool tensor shaped like view.masked "
                                           f"{tuple(masked.shape)}")
             if whole:
-                return picked, torch.where(picked, view.tokens, block)
+                chosen, tokens = picked, view.tokens if self.sampling.greedy else None
+                break
             if chosen is None:
                 chosen, tokens = torch.zeros(block.shape, dtype=torch.bool, device=block.device), torch.zeros_like(block)
-            chosen[idx, :size], tokens[idx, :size] = picked, view.tokens
+            chosen[idx, :size] = picked
+            if self.sampling.greedy:
+                tokens[idx, :size] = view.tokens
+        if not self.sampling.greedy:
+            tokens = self._draw_block(logits, rows, working, chosen, solver.verify, step)
         return chosen, torch.where(chosen, tokens, block)
+
+    def _draw_block(self, logits: torch.Tensor, rows: list[_Row], working: list[int], chosen: torch.Tensor,
+                    verify: bool, step: int) -> torch.Tensor:
+        """Sampled tokens for every slot of a block's logits (B, w, V), each working row taking its block's
+        size in numbers from its stream (the solver chose positions from the untempered logits; only the
+        chosen slots keep their draw). Verified, the distributions of the chosen slots are kept for
+        ``_judge`` (``_draft_probs``, anew at a block's first forward)."""
+        batch, width = chosen.shape
+        probs = probabilities(logits, self.sampling)  # (B, w, V)
+        working_set = set(working)
+        u = self._uniforms(rows, [rows[b].size if b in working_set else 0 for b in range(batch)], width)
+        if verify:
+            kept = self._draft_probs if step and self._draft_probs is not None else torch.zeros_like(probs)
+            self._draft_probs = torch.where(chosen[..., None], probs, kept)
+        return draw(probs, u)
 
     def _block_stop(self, r: _Row, tokens: list[int], committed: int):
         """``_stop`` over the row's output and its block's revealed prefix (host ``tokens``), the block's
@@ -442,11 +502,12 @@ class Decoder:
         return self._stop(r.out + tokens[committed:filled], len(r.out) + filled - committed, r.budget,
                           block_done=filled == r.size, first_new=len(r.out))
 
-    def _verify(self, r: _Row, ntp: list[int], carried: int) -> int:
-        """After a block's first forward, one row: its drafts judged (``verify_drafts``), the tokens
-        committed, a stop; the block ends here when a draft was replaced, the drafts were final or the row
-        stopped (a block to draft would start elsewhere). Returns how many carried keys/values stay."""
-        new, accepted, replaced = verify_drafts(r.pending, ntp)
+    def _verify(self, r: _Row, verdict: tuple[list[int], int, bool], carried: int) -> int:
+        """After a block's first forward, one row: its drafts' ``verdict`` (``verify_drafts`` or
+        ``sampled_verdict``), the tokens committed, a stop; the block ends here when a draft was replaced,
+        the drafts were final or the row stopped (a block to draft would start elsewhere). Returns how many
+        carried keys/values stay."""
+        new, accepted, replaced = verdict
         if r.blocks["drafted_per_block"]:  # the previous block's drafts are judged now
             r.blocks["accepted_per_block"][-1], r.blocks["replaced_per_block"][-1] = accepted, int(replaced)
         first_new = len(r.out)
@@ -461,6 +522,30 @@ class Decoder:
             else:
                 r.pending, r.final = r.out[-1:], False
         return accepted + 1 if replaced else carried
+
+    def _judge(self, ntp_logits: torch.Tensor, rows: list[_Row], carried: list[list[int]],
+               judged: list[int]) -> torch.Tensor:
+        """Verified sampling's rule over the rows (``speculative_verify``): row b's drafts, ``pending[1:]``,
+        against NTP's processed distributions read at its carried tokens (right-aligned in ``ntp_logits``
+        (B, n, V)) and the distributions they were drawn from (``_draft_probs``), its first ``judged[b]``
+        judged. Returns (B, 2): drafts accepted, then the token drawn after them. Each live row takes
+        len(drafts) + 1 numbers from its stream."""
+        batch, n, vocab = ntp_logits.shape
+        drafts = [r.pending[1:] if c else [] for r, c in zip(rows, carried)]
+        most, device = max(map(len, drafts)), ntp_logits.device
+        if n == 0:  # nothing carried (no row left to judge)
+            return torch.zeros(batch, 2, dtype=torch.long, device=device)
+        # NTP after carried token j predicts draft j; after the last draft, the token that follows (a final
+        # check carries no token after its last draft: the clamped column is drawn from, never used)
+        at = torch.tensor([[min(n - len(c) + j, n - 1) for j in range(most + 1)] for c in carried], device=device)
+        p = probabilities(ntp_logits.gather(1, at[..., None].expand(-1, -1, vocab)), self.sampling)  # (B, most + 1, V)
+        q = self._draft_probs[:, 1 : 1 + most] if most else p[:, :0]  # slot 0 was NTP's own
+        live = [not r.stop_reason for r in rows]
+        accept_u = self._uniforms(rows, [len(d) if ok else 0 for d, ok in zip(drafts, live)], most)
+        draw_u = self._uniforms(rows, [int(ok) for ok in live], 1)[:, 0]
+        ids = torch.tensor([d + [0] * (most - len(d)) for d in drafts], dtype=torch.long, device=device)
+        accepted, token = speculative_verify(p, q, ids, torch.tensor(judged, device=device), accept_u, draw_u)
+        return torch.stack([accepted, token], dim=-1)
 
     def _realign(self, cache, rows: list[_Row], carried: list[list[int]], kept: list[int], n: int) -> None:
         """After a first forward that appended ``n`` columns (row b's carried tokens at the right end):
@@ -563,6 +648,16 @@ def verify_drafts(pending: list[int], ntp: list[int]) -> tuple[list[int], int, b
     if accepted < len(drafts):
         return drafts[:accepted] + [ntp[accepted]], accepted, True
     return drafts + ntp[len(drafts):], accepted, False
+
+
+def sampled_verdict(pending: list[int], accepted: int, token: int, final: bool) -> tuple[list[int], int, bool]:
+    """``verify_drafts`` for verified sampling, from ``_judge``'s (accepted, token): the accepted drafts, then
+    the token drawn after them, which replaces the next draft (rejected, or one the rule may not judge) or
+    follows the last one (none after a final check). Returns (tokens committed now, accepted, replaced)."""
+    drafts = pending[1:]
+    if accepted < len(drafts):
+        return drafts[:accepted] + [token], accepted, True
+    return drafts + ([] if final else [token]), accepted, False
 
 
 def to_host(*tensors: torch.Tensor) -> list[list[list]]:

@@ -59,8 +59,9 @@ def counted(monkeypatch):
 def test_one_device_read_per_forward(tiny_models, counted, fast):
     lm = load_model(tiny_models["llama"], device="cpu", dtype="float32")
     prompts = [lm.tokenizer(p)["input_ids"] for p in ["3*4=", "12+345=", "9-8*7="]]
-    for solver in parse_solver_spec("ntp+entropy_bounded:gamma=0.35+fixed_k+random_order+fixed_k:k=4;verify=on+random_order:verify=on",
-                                     solver_registry()):
+    spec = "ntp+entropy_bounded:gamma=0.35+fixed_k+random_order+fixed_k:k=4;verify=on+random_order:verify=on"
+    sampled = "+ntp:temperature=0.7+entropy_bounded:temperature=0.7;verify=on,off+random_order:verify=on;temperature=1"
+    for solver in parse_solver_spec(spec + sampled, solver_registry()):
         decoder = Decoder(lm, block_size=4, max_new_tokens=10, fast=fast, compile=False)
         with counted() as mode:
             decoder.generate(prompts[0], solver)

@@ -50,7 +50,8 @@ from .cache import KVCache, StaticKVCache
 from .fastpath import FastPath, keeps_logits
 from .masks import Pattern
 from .model import LoadedModel
-from .sampling import DrawStream, draw, probabilities, speculative_verify, uniform_rows, verifiable_drafts
+from .sampling import (DrawStream, draw, probabilities, speculative_verify, to_device, uniform_rows,
+                       verifiable_drafts)
 
 
 class DecodeError(UsageError):
@@ -537,14 +538,14 @@ class Decoder:
             return torch.zeros(batch, 2, dtype=torch.long, device=device)
         # NTP after carried token j predicts draft j; after the last draft, the token that follows (a final
         # check carries no token after its last draft: the clamped column is drawn from, never used)
-        at = torch.tensor([[min(n - len(c) + j, n - 1) for j in range(most + 1)] for c in carried], device=device)
+        at = to_device([[min(n - len(c) + j, n - 1) for j in range(most + 1)] for c in carried], device)
         p = probabilities(ntp_logits.gather(1, at[..., None].expand(-1, -1, vocab)), self.sampling)  # (B, most + 1, V)
         q = self._draft_probs[:, 1 : 1 + most] if most else p[:, :0]  # slot 0 was NTP's own
         live = [not r.stop_reason for r in rows]
         accept_u = self._uniforms(rows, [len(d) if ok else 0 for d, ok in zip(drafts, live)], most)
         draw_u = self._uniforms(rows, [int(ok) for ok in live], 1)[:, 0]
-        ids = torch.tensor([d + [0] * (most - len(d)) for d in drafts], dtype=torch.long, device=device)
-        accepted, token = speculative_verify(p, q, ids, torch.tensor(judged, device=device), accept_u, draw_u)
+        ids = to_device([d + [0] * (most - len(d)) for d in drafts], device)
+        accepted, token = speculative_verify(p, q, ids, to_device(judged, device), accept_u, draw_u)
         return torch.stack([accepted, token], dim=-1)
 
     def _realign(self, cache, rows: list[_Row], carried: list[list[int]], kept: list[int], n: int) -> None:

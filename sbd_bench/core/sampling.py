@@ -78,13 +78,23 @@ class DrawStream:
 
 def uniform_rows(streams: list[DrawStream | None], counts: list[int], device: torch.device) -> torch.Tensor:
     """(B, max(counts)) uniforms: row b's first counts[b] from streams[b], zeros after (a row without
-    work, counts[b] = 0, takes none). One host-to-device copy."""
+    work, counts[b] = 0, takes none). One host-to-device copy (``to_device``)."""
     width = max(counts, default=0)
     rows = torch.zeros(len(counts), width)
     for b, (stream, n) in enumerate(zip(streams, counts)):
         if n:
             rows[b, :n] = stream.uniforms(n)
-    return rows.to(device, non_blocking=True)
+    return to_device(rows, device)
+
+
+def to_device(values: torch.Tensor | list, device: torch.device, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """Host values on ``device`` without waiting for the work queued there: on CUDA they are staged in
+    pinned memory, whose copy queues behind the forward in flight (a copy from pageable memory may wait
+    for it, a second synchronisation in the forward)."""
+    tensor = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 # ----------------------------------------------------------------------------- the verify rule

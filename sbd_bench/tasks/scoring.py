@@ -1,19 +1,18 @@
-"""Answer extraction and comparison for the paper's benchmarks, and the unbiased pass@k estimator.
-Pure string functions, no torch: reports and tests import this freely. Every function here takes any
-string a model may write (lone surrogates, NUL bytes, megabytes, pathological layouts) in time linear
-in its length and without raising: each regex over model output has no two quantifiers that can
-match the same characters one after the other.
+"""Answer extraction and comparison for the paper's benchmarks (pass@k over several samples is a summary
+figure: ``sbd_bench.analysis.metrics.pass_at_k``). Pure string functions, no torch: reports and tests
+import this freely. Every function here takes any string a model may write (lone surrogates, NUL bytes,
+megabytes, pathological layouts) in time linear in its length and without raising: each regex over
+model output has no two quantifiers that can match the same characters one after the other.
 
     >>> extract_gsm8k("... so she pays 1,200 dollars.\\n#### 1,200")
     '1200'
     >>> last_boxed(r"so \\boxed{\\frac{1}{2}} and not \\boxed{3}")
     '3'
-    >>> math_equal(r"\\dfrac{1}{2}", "0.5"), round(pass_at_k(n=10, c=3, k=1), 6)
-    (True, 0.3)
+    >>> math_equal(r"\\dfrac{1}{2}", "0.5")
+    True
 """
 from __future__ import annotations
 
-import math
 import re
 from fractions import Fraction
 
@@ -31,17 +30,6 @@ def cut_at_stop(text: str, stop: tuple[str, ...] | list[str]) -> str:
 
 def exact_match(prediction: str | None, reference: str) -> bool:
     return prediction is not None and prediction.strip() == reference.strip()
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k (Chen et al. 2021): the chance that at least one of k samples drawn without
-    replacement from n generated, c of them correct, is correct: 1 - C(n-c, k) / C(n, k)."""
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (got n={n}, c={c}, k={k})")
-    if n - c < k:
-        return 1.0
-    # product form: stable for large n, no huge binomials
-    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
 # ------------------------------------------------------------------------------------- numbers

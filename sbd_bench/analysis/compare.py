@@ -35,6 +35,8 @@ class CompareError(UsageError):
 
 
 EPS = 1e-9  # "any change" still ignores float noise in means of identical integers
+# run-wide settings that runs recorded before sampling existed lack: they had these values
+SAMPLING_DEFAULTS = {"samples": 1, "temperature": 0.0, "top_p": 1.0, "top_k": 0}
 
 
 def _rel(base, new) -> float | None:
@@ -153,9 +155,10 @@ def _setting_notes(base: dict, run: dict) -> list[str]:
         if bp.get(key) != rp.get(key):
             notes.append(f"{key} differs: baseline {bp.get(key)!r}, run {rp.get(key)!r}")
     bc, rc = bp.get("config") or {}, rp.get("config") or {}
-    for key in ("block_size", "max_new_tokens", "seed", "samples", "temperature", "top_p", "top_k"):
-        if bc.get(key) != rc.get(key):
-            notes.append(f"setting {key} differs: baseline {bc.get(key)!r}, run {rc.get(key)!r}")
+    for key in ("block_size", "max_new_tokens", "seed", *SAMPLING_DEFAULTS):
+        before, now = (bc.get(key, SAMPLING_DEFAULTS.get(key)), rc.get(key, SAMPLING_DEFAULTS.get(key)))
+        if before != now:
+            notes.append(f"setting {key} differs: baseline {before!r}, run {now!r}")
     return notes
 
 

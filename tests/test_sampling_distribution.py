@@ -135,13 +135,18 @@ def hf_generate_draws(lm, prompt, n: int = DRAWS, seed: int = 0) -> Counter:
     return Counter(map(tuple, out[:, len(prompt):].tolist()))
 
 
+@pytest.fixture(scope="module")
+def hf_draws(lm, prompt) -> Counter:
+    return hf_generate_draws(lm, prompt)
+
+
 # ------------------------------------------------------------------------------------------ tests
-def test_the_exact_distribution_is_what_hf_generate_samples(lm, prompt):
+def test_the_exact_distribution_is_what_hf_generate_samples(lm, prompt, hf_draws):
     joint = exact_joint(lm, prompt)
     assert abs(float(joint.sum()) - 1) < 1e-12
     cells = as_cells(joint)
     assert 50 <= len(cells) <= 400  # enough cells for the test to see a bias, few enough for 20,000 draws
-    statistic, df, p = goodness_of_fit(hf_generate_draws(lm, prompt), cells)
+    statistic, df, p = goodness_of_fit(hf_draws, cells)
     print(f"HF generate against the exact distribution: chi2 {statistic:.1f}, df {df}, p {p:.3f}")
     assert p > ALPHA
 
@@ -199,11 +204,11 @@ def core_samples(lm, prompt):
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_the_cores_sampling_matches_the_exact_distribution_and_generate(name, lm, prompt, core_samples):
+def test_the_cores_sampling_matches_the_exact_distribution_and_generate(name, lm, prompt, core_samples, hf_draws):
     draws = Counter(core_samples[name])
     assert sum(draws.values()) == DRAWS and all(len(cell) == 3 for cell in draws)
     statistic, df, p = goodness_of_fit(draws, as_cells(exact_joint(lm, prompt)))
-    two = homogeneity(draws, hf_generate_draws(lm, prompt))
+    two = homogeneity(draws, hf_draws)
     print(f"{name}: against the exact distribution chi2 {statistic:.1f}, df {df}, p {p:.3f}; against generate's "
           f"draws chi2 {two[0]:.1f}, df {two[1]}, p {two[2]:.3f}")
     assert p > ALPHA and two[2] > ALPHA

@@ -222,7 +222,7 @@ def test_a_bad_sample_costs_its_batch_neighbours_nothing(tmp_path):
     from sbd_bench.core.model import load_model
     from sbd_bench.registry import parse_solver_spec, solver_registry
     from sbd_bench.runner.batches import batched_records
-    from sbd_bench.runner.samples import RunConfig
+    from sbd_bench.runner.samples import Planned, RunConfig
     from sbd_bench.tasks.code_tasks import CodeTask, StdinTest
     from sbd_bench.types import Example
 
@@ -245,7 +245,7 @@ def test_a_bad_sample_costs_its_batch_neighbours_nothing(tmp_path):
     t = Scripted()
     ntp = parse_solver_spec("ntp", solver_registry())[0]
     ids = lm.tokenizer("1+2=")["input_ids"]
-    todo = [(t, e, ids, 0, ntp) for e in t.examples()]
+    todo = [Planned(t, e, ids, 0, ntp) for e in t.examples()]
     records = list(batched_records(lm, todo, RunConfig(batch_size=4, max_new_tokens=4)))
     assert [r["batch_size"] for r in records] == [4] * 4 and [r["error"] for r in records] == [None] * 4
     assert [r["correct"] for r in records] == [True, False, False, True]

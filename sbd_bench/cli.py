@@ -94,6 +94,8 @@ class ProgressBar:
 def cmd_run(args) -> int:
     from pathlib import Path
 
+    from .analysis.metrics import ntp_mismatch_warning
+    from .analysis.records import read_records
     from .core.model import pick_device, resolve_model_path
     from .runner import distributed
     from .runner.harness import RunConfig, resume, resume_command, run
@@ -124,7 +126,7 @@ def cmd_run(args) -> int:
                         chat_template=args.chat_template, thinking={"on": True, "off": False}.get(args.thinking),
                         batch_size=args.batch_size, fast=args.fast, compile=args.compile, device_map=args.device_map,
                         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, samples=args.samples,
-                        pass_k=args.pass_k)
+                        pass_k=args.pass_k, exact=args.exact)
     try:
         if args.resume:
             run_dir = resume(out, progress=progress, command=command)
@@ -147,6 +149,10 @@ def cmd_run(args) -> int:
     _print_table(summary["rows"])
     for line in failure_lines(summary):
         print(line, file=sys.stderr)
+    mismatch = ntp_mismatch_warning(read_records(run_dir / "samples.jsonl"),
+                                    exact=bool((summary.get("provenance") or {}).get("exact")))
+    if mismatch:
+        print(f"warning: {mismatch}", file=sys.stderr)
     failures = summary.get("failures") or []
     print(json.dumps({"run_dir": str(run_dir), "complete": summary["complete"], "rows": len(summary["rows"]),
                       "failures": len(failures)}))
@@ -188,14 +194,16 @@ def _cell(value, spec: str) -> str:
 
 
 # The columns of the stderr table after task and config: (header, width, the cell of a summary row).
-# ``accept`` is the acceptance rate of verified configurations ("-" for the others), beside tokens per
-# forward as in the report.
+# ``accept`` is the acceptance rate of verified configurations and ``= NTP %`` the share of their
+# examples whose output is NTP's ("-" for the others), beside tokens per forward as in the report;
+# ``speed_wall`` is decode time, a ratio of totals (analysis/metrics.py).
 TABLE_COLUMNS = [
     ("n", 4, lambda r: str(r["n"])),
     ("acc", 6, lambda r: _cell(r["accuracy"], ".3f")),
     ("nfe", 8, lambda r: _cell(r["nfe"], ".1f")),
     ("tok/fwd", 8, lambda r: _cell(r["tokens_per_forward"], ".2f")),
     ("accept", 6, lambda r: _cell(r["acceptance_rate"], ".3f")),
+    ("= NTP %", 7, lambda r: _cell(_ntp_percent(r), ".1f")),
     ("speed_nfe", 9, lambda r: _cell(r["speed_factor_nfe"], ".2f")),
     ("speed_wall", 10, lambda r: _cell(r["speed_factor_wall"], ".2f")),
 ]
@@ -227,6 +235,13 @@ def _print_table(rows: list[dict], width: int | None = None) -> None:
         print(f"{r['task']:<{task_width}} {first:<{config_width}} {cells}", file=sys.stderr)
         for piece in more:
             print(f"{'':<{task_width}} {piece}", file=sys.stderr)
+
+
+def _ntp_percent(row: dict) -> float | None:
+    """A verified row's share of examples whose output is NTP's, in percent; None for the others."""
+    from .analysis.metrics import is_verified
+
+    return 100 * row["ntp_match_rate"] if is_verified(row) and row.get("ntp_match_rate") is not None else None
 
 
 def _wrap(name: str, width: int) -> list[str]:
@@ -317,7 +332,8 @@ def build_parser(defaults: dict | None = None) -> argparse.ArgumentParser:
     run_p.add_argument("--out", default=None, help="run folder (default: runs/DATE-TIME)")
     run_p.add_argument("--attn", default="sdpa", help="attention implementation: sdpa|eager|flash_attention_2")
     run_p.add_argument("--batch-size", type=int, default=1,
-                       help="sequences decoded together (same outputs and NFE as 1; halved on out-of-memory)")
+                       help="sequences decoded together (outputs and NFE those of 1 but where rounding flips a near "
+                            "tie; bit for bit with --exact; halved on out-of-memory)")
     run_p.add_argument("--device-map", default=None, metavar="auto",
                        help="spread a model larger than one GPU over all GPUs (needs accelerate)")
     run_p.add_argument("--repeats", type=int, default=1, help="timed decodes per example and config; medians reported")

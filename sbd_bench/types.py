@@ -374,6 +374,7 @@ SAMPLE_FIELDS = (
 # Fields that follow "repeat" in the records of sampled configurations only (temperature > 0, or --samples N
 # > 1): the sample's index 0..N-1 and its seed. A greedy run's records are what they were before sampling.
 SAMPLED_FIELDS = ("sample", "seed")
+# Records decoded with --exact (core/exact.py) add "exact": true; a plain run's records are what they were.
 
 # One row of summary.json "rows" (per solver configuration x task).
 SUMMARY_ROW_FIELDS = (
@@ -383,6 +384,7 @@ SUMMARY_ROW_FIELDS = (
     "tokens_differ_from_ntp",
     "speed_factor_nfe", "speed_factor_nfe_lo", "speed_factor_nfe_hi",
     "speed_factor_wall", "speed_factor_wall_lo", "speed_factor_wall_hi",
+    "speed_factor_e2e", "speed_factor_e2e_lo", "speed_factor_e2e_hi",
     "wall_time_s", "prefill_time_s", "decode_time_s",
     "peak_memory_bytes", "peak_memory_source", "peak_memory_nvml_bytes",
 )

@@ -42,12 +42,14 @@ def crafted_record(config: str, task: str, id: str, nfe: int, tokens: int, corre
             "peak_memory_source": "sampled RSS (process resident memory)", "memory": None}
 
 
-def crafted_run(path: Path, records: list[dict], complete: bool = True, cost_curve: dict | None = None) -> Path:
-    """A run folder as `run` writes it, from crafted records."""
+def crafted_run(path: Path, records: list[dict], complete: bool = True, cost_curve: dict | None = None,
+                exact: bool = False) -> Path:
+    """A run folder as `run` writes it, from crafted records (``exact``: decoded with --exact)."""
     path.mkdir(parents=True, exist_ok=True)
     (path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     summary = {"schema_version": SCHEMA_VERSION, "complete": complete, "rows": [], "failures": [],
-               "provenance": {"command": "crafted", "model_hash": "abc", "config": {"block_size": 4},
+               "provenance": {"command": "crafted", "model_hash": "abc", "config": {"block_size": 4, "exact": exact},
+                              "exact": exact,
                               "model_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                                                "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 64,
                                                "vocab_size": 100}},

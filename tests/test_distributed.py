@@ -18,7 +18,7 @@ TIMING = {"wall_time_s", "prefill_time_s", "decode_time_s", "peak_memory_bytes",
 
 
 def _timing(key: str) -> bool:  # summary row fields that come from clocks or memory readings
-    return any(word in key for word in ("wall", "time", "memory"))
+    return any(word in key for word in ("wall", "e2e", "time", "memory"))  # e2e: end-to-end wall-clock
 PROMPTS = ["1+2=", "12*3=", "abc", "9", "44+55-3="]
 SOLVERS = "entropy_bounded+random_order+random_order:verify=on"
 

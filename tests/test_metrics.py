@@ -36,9 +36,36 @@ def test_speed_factors_pair_per_example():
                crafted_record(EB, "t", "c", nfe=1, tokens=30, correct=False, decode_time_s=3.0)]  # no NTP pair
     r = row(metrics.summarize(records), EB, "t")
     assert r["speed_factor_nfe"] == pytest.approx((2 + 1) / 2)  # mean of per-example ratios, c unpaired
-    assert r["speed_factor_wall"] == pytest.approx((4 + 1) / 2)
     assert r["nfe"] == pytest.approx(12) and r["tokens_per_forward"] == pytest.approx(70 / 36)
     assert r["accuracy"] == pytest.approx(1 / 3)
+
+
+def test_wall_speed_factors_are_ratios_of_totals_not_means_of_ratios():
+    # a: 4x faster on a short example, b: as fast on a long one. Mean of ratios (4 + 1) / 2 = 2.5 would
+    # say 2.5x; the same work took 4.0 s against 3.25 s: 1.23x. c has no NTP pair and counts nowhere.
+    records = [crafted_record("ntp", "t", "a", nfe=10, tokens=10, correct=True, decode_time_s=1.0),
+               crafted_record("ntp", "t", "b", nfe=30, tokens=30, correct=True, decode_time_s=3.0),
+               crafted_record(EB, "t", "a", nfe=5, tokens=10, correct=True, decode_time_s=0.25),
+               crafted_record(EB, "t", "b", nfe=30, tokens=30, correct=False, decode_time_s=3.0),
+               crafted_record(EB, "t", "c", nfe=1, tokens=30, correct=False, decode_time_s=3.0)]
+    for rec in records:  # end to end adds a prefill of 0.5 s to every sample
+        rec["prefill_time_s"], rec["wall_time_s"] = 0.5, rec["decode_time_s"] + 0.5
+    r = row(metrics.summarize(records), EB, "t")
+    assert r["speed_factor_wall"] == pytest.approx(4.0 / 3.25)
+    assert r["speed_factor_e2e"] == pytest.approx(5.0 / 4.25)
+    # the bootstrap resamples examples and takes the ratio of totals again: it stays between the two
+    # examples' own ratios (1 and 4) and holds the estimate
+    assert 1.0 <= r["speed_factor_wall_lo"] <= r["speed_factor_wall"] <= r["speed_factor_wall_hi"] <= 4.0
+    assert r["speed_factor_e2e_lo"] <= r["speed_factor_e2e"] <= r["speed_factor_e2e_hi"]
+    ntp = row(metrics.summarize(records), "ntp", "t")
+    assert ntp["speed_factor_wall"] == ntp["speed_factor_e2e"] == 1.0
+
+
+def test_bootstrap_of_a_ratio_of_totals_is_seeded_and_exact_at_one_example():
+    pairs = [(1.0, 0.25), (3.0, 3.0), (2.0, 1.0), (5.0, 2.5)]
+    assert metrics.bootstrap_ratio_ci(pairs) == metrics.bootstrap_ratio_ci(pairs)
+    assert metrics.bootstrap_ratio_ci([(2.0, 0.5)]) == (4.0, 4.0)
+    assert metrics.bootstrap_ratio_ci([]) == (None, None) and metrics.ratio_of_totals([]) is None
 
 
 def test_errors_are_counted_not_measured():

@@ -34,12 +34,22 @@ def test_dims_from_hf_config():
     assert dims.matrices()[1] == (64, 32)  # K projection: 2 KV heads x 16
 
 
-def test_flat_cost_curve_predicts_the_nfe_speed_factor():
+def test_flat_cost_curve_predicts_the_ratio_of_total_forwards():
+    # every forward costs the same: the prediction is NTP's total NFE over the configuration's (a ratio
+    # of totals, like the measured wall speed factor), not the mean of per-example NFE ratios
     records = standard_records()
     flat = roofline.measured_time_fn({"query_tokens": [1, 8], "time_s": [0.01, 0.01]})
     predicted = roofline.predicted_speed_factors(records, flat)
+    ntp = {(r["task"], r["id"]): r["nfe"] for r in records if r["solver"] == "ntp"}
     for row in summarize(records):
-        assert predicted[(row["config"], row["task"])] == pytest.approx(row["speed_factor_nfe"])
+        mine = [r for r in records if (r["config"], r["task"]) == (row["config"], row["task"])]
+        expected = sum(ntp[(r["task"], r["id"])] for r in mine) / sum(r["nfe"] for r in mine)
+        assert predicted[(row["config"], row["task"])] == pytest.approx(expected)
+    assert predicted[("fixed_k:k=4", "arith")] != pytest.approx(row_of(records, "fixed_k:k=4")["speed_factor_nfe"])
+
+
+def row_of(records, config, task="arith"):
+    return next(r for r in summarize(records) if (r["config"], r["task"]) == (config, task))
 
 
 def test_block_cost_counts_the_first_forward_of_each_block():

@@ -387,6 +387,14 @@ def test_run_table_shows_acceptance_of_verified_configurations(capsys):
     assert shown[("arith", VFK)] == shown[("copy", VFK)] == "0.711"  # (5 * 6 + 2) / (5 * 9) drafts confirmed
     assert {cell for (_, config), cell in shown.items() if config != VFK} == {"-"}
     assert len({len(line) for line in [header, *lines]}) == 1  # a '-' keeps its column's width: columns stay aligned
+    at = header.index("= NTP %")  # the share of a verified row's examples whose output is NTP's
+    ntp_percent = {(line.split()[0], line.split()[1]): line[at : at + 7].strip() for line in lines}
+    assert ntp_percent[("arith", VFK)] == "100.0" and {c for (_, config), c in ntp_percent.items() if config != VFK} == {"-"}
+    records = verified_records()
+    next(r for r in records if r["config"] == VFK and r["task"] == "copy")["output_ids"] = [7]
+    _print_table(summarize(records))
+    assert [line[at : at + 7].strip() for line in capsys.readouterr().err.splitlines()
+            if line.startswith("copy") and VFK in line] == ["80.0"]
 
 
 def test_compare_gates_verified_rows(tmp_path, capsys):
@@ -407,3 +415,51 @@ def test_compare_gates_verified_rows(tmp_path, capsys):
         capsys.readouterr()
         assert main(["compare", str(baseline), str(crafted_run(tmp_path / name, records))]) == 1, name
         assert f"REGRESSION: {message}" in capsys.readouterr().err
+
+
+def test_compare_notes_a_difference_the_baseline_had_and_fails_it_with_exact(tmp_path, capsys):
+    """Without --exact, bf16 rounding at near ties can move a verified output off NTP's: a run that
+    differs where its baseline differed too gets a note (not a failure); one that differs where the
+    baseline did not, or any with --exact, fails."""
+    import copy
+
+    from measure_fixtures import crafted_run
+
+    from sbd_bench.cli import main
+
+    def differing(ids):
+        records = copy.deepcopy(verified_records())
+        for rec in records:
+            if rec["config"] == VFK and rec["task"] == "arith" and rec["id"] in ids:
+                rec["output_ids"] = [9]
+        return records
+
+    for exact, base_ids, run_ids, status, line in [
+        (False, {"2"}, {"2"}, 0, f"note: {VFK} on arith: verified output differs from NTP's on 20.0% of examples "
+                                 f"(baseline 20.0%)"),
+        (False, {"2"}, {"2", "3"}, 0, "note:"),  # rounding in both runs: how many moves with the machine
+        (False, set(), {"2"}, 1, f"REGRESSION: {VFK} on arith: verified output differs from NTP's"),
+        (True, {"2"}, {"2"}, 1, f"REGRESSION: {VFK} on arith: verified output differs from NTP's on 20.0% of "
+                                f"examples (must be none)"),
+    ]:
+        name = f"{exact}-{len(base_ids)}-{len(run_ids)}"
+        baseline = crafted_run(tmp_path / f"base-{name}", differing(base_ids), exact=exact)
+        capsys.readouterr()
+        assert main(["compare", str(baseline), str(crafted_run(tmp_path / name, differing(run_ids), exact=exact))]) == status
+        assert line in capsys.readouterr().err, name
+
+
+def test_report_warns_when_verified_outputs_differ(tmp_path):
+    from measure_fixtures import crafted_run
+
+    from sbd_bench.analysis import report
+    from sbd_bench.analysis.metrics import ntp_mismatch_warning
+
+    assert ntp_mismatch_warning(verified_records(), exact=False) is None
+    records = verified_records()
+    next(r for r in records if r["config"] == VFK and r["task"] == "arith")["output_ids"] = [9]
+    warning = ntp_mismatch_warning(records, exact=False)
+    assert warning.startswith("1 of 10 verified samples (1 configuration x task row(s)) differ") and "--exact" in warning
+    assert "bug of exact mode" in ntp_mismatch_warning(records, exact=True)
+    text = report.write_report(crafted_run(tmp_path / "run", records)).read_text()
+    assert f"**Warning**: {warning}." in text

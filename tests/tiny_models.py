@@ -38,3 +38,45 @@ def build_tiny_model(folder: Path, family: str = "llama", seed: int = 0, max_pos
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+ISSUE_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 +-=*/.,;:|$()[]{}'\"\n_<>?!#"
+
+
+def build_issue_model(folder: Path, family: str = "llama", seed: int = 7, max_positions: int = 512) -> Path:
+    """The random models that issue reproducers name (``../shared/tools/make_tiny_model.py FOLDER FAMILY
+    SEED`` builds the same weights): a character vocabulary without a BOS post-processor, hidden 96,
+    3 layers, 6 query heads over 2 key/value heads, every weight multiplied by 3 (peaked logits)."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    specials = ["<pad>", "<s>", "</s>", "<mask>"]
+    vocab = {t: i for i, t in enumerate(specials + list(ISSUE_ALPHABET))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="?"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
+                                   mask_token="<mask>", unk_token="?")
+    shape = dict(vocab_size=len(vocab), hidden_size=96, intermediate_size=192, num_hidden_layers=3,
+                 num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=max_positions,
+                 bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    if family == "llama":
+        config = LlamaConfig(**shape, rope_theta=10000.0, tie_word_embeddings=False)
+        model_class = LlamaForCausalLM
+    elif family == "qwen3":
+        config = Qwen3Config(**shape, head_dim=16, rope_theta=500000.0, tie_word_embeddings=True)
+        model_class = Qwen3ForCausalLM
+    else:
+        raise ValueError(f"unknown family {family!r}: llama or qwen3")
+    config.mask_token_id = vocab["<mask>"]
+    model = model_class(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3.0)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(folder)
+    model.save_pretrained(folder)
+    return folder

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..types import SUMMARY_ROW_FIELDS
-from .metrics import BASELINE_SOLVER, TOKENS_DIFFER_PERCENT, is_verified, summarize
+from .metrics import BASELINE_SOLVER, TOKENS_DIFFER_PERCENT, is_verified, ntp_mismatch_warning, summarize
 from .records import (SUMMARY, RunFolderError, free_path, is_run_summary, load_run, prepare_output_folder, starts_with,
                       write_text_atomic)
 from .roofline import prediction_columns
@@ -127,8 +127,10 @@ def accuracy_speed_columns(sampled: bool = False) -> list[Column]:
         ("= NTP output %", lambda r: _pct(r.get("ntp_match_rate"))),
         ("speed factor NFE [95% CI]", lambda r: _x(r["speed_factor_nfe"]) + length_mark(r)
          + _interval(r["speed_factor_nfe_lo"], r["speed_factor_nfe_hi"], _x)),
-        ("speed factor wall [95% CI]",
+        ("speed factor wall, decode [95% CI]",
          lambda r: _x(r["speed_factor_wall"]) + _interval(r["speed_factor_wall_lo"], r["speed_factor_wall_hi"], _x)),
+        ("speed factor end-to-end [95% CI]", lambda r: _x(r.get("speed_factor_e2e"))
+         + _interval(r.get("speed_factor_e2e_lo"), r.get("speed_factor_e2e_hi"), _x)),
     ]
 
 
@@ -136,7 +138,7 @@ def prediction_table_columns(predictions: dict[str, dict]) -> list[Column]:
     def predicted(name):
         return lambda r: _x(predictions[name].get((r["config"], r["task"])))
 
-    return [("speed factor wall (measured)", lambda r: _x(r["speed_factor_wall"]))] + [
+    return [("speed factor wall, decode (measured)", lambda r: _x(r["speed_factor_wall"]))] + [
         (PREDICTION_LABELS.get(name, name.replace("pred_", "predicted ").replace("_", " ")), predicted(name))
         for name in predictions]
 
@@ -179,7 +181,7 @@ def csv_text(header: list[str], body: list[list]) -> str:
 def provenance_lines(summary: dict) -> list[str]:
     p = summary.get("provenance") or {}
     keys = ("command", "git_commit", "git_dirty", "model_path", "model_hash", "device", "device_name", "gpu_name",
-            "driver_version", "cuda", "cpu", "threads", "dtype", "attn_implementation", "torch", "transformers",
+            "driver_version", "cuda", "cpu", "threads", "dtype", "attn_implementation", "exact", "torch", "transformers",
             "seed", "sandbox", "started")
     return [f"- {k}: `{p.get(k)}`" for k in keys if p.get(k) is not None]
 
@@ -418,7 +420,9 @@ def _table_section(title: str, intro: str, rows: list[dict], columns: list[Colum
     return [f"### {title}", "", intro, "", markdown(header, body), ""] + ([LENGTH_FOOTNOTE, ""] if marked else [])
 
 
-def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dict[str, dict]) -> str:
+def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dict[str, dict],
+                warning: str | None = None) -> str:
+    """report.md; ``warning``: verified outputs that differ from NTP's (metrics.ntp_mismatch_warning)."""
     header, body = main_table(rows)
     text = [f"{REPORT_TITLE}{run_dir.name}", ""]
     if not summary.get("complete"):
@@ -433,10 +437,15 @@ def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dic
     text += ["## Details", ""]
     text += _table_section(
         "Accuracy and speed factors", "95% intervals: Wilson for accuracy, seeded percentile bootstrap over examples "
-        "for speed factors (and for accuracy and pass@k with several samples per example). Wall-clock speed factors "
-        "use decode time (prefill is timed apart). '= NTP output': the share of samples whose output ids equal NTP's "
-        "(100% for greedy verified configurations, `verify=on`; sampled ones are distributed as NTP's instead).",
+        "for speed factors (and for accuracy and pass@k with several samples per example). NFE: the mean over "
+        "examples of NTP's forwards over the configuration's. Wall, decode: NTP's total decode time over the "
+        "configuration's, on the same examples (prefill is timed apart and left out). End-to-end: the same ratio of "
+        "totals with prefill included, what a user waits for. '= NTP output': the share of samples whose output ids "
+        "equal NTP's (100% for greedy verified configurations, `verify=on`, unless rounding at a near tie moved "
+        "them: see the warning below the table; sampled ones are distributed as NTP's instead).",
         rows, accuracy_speed_columns(sampled))
+    if warning:
+        text += [f"**Warning**: {warning}.", ""]
     if predictions:
         text += _table_section(
             "Wall-clock speed factor, measured and predicted", "Predicted speed factors apply a cost model to each "
@@ -503,7 +512,8 @@ def _write_report(run_dir: Path, out_dir: Path | None, summary: dict, records: l
                       "forwards", out_dir / "tokens_per_forward.png")
     plot_distribution(records, rows, "forwards_per_block", "Forwards per block: share of blocks", "blocks",
                       out_dir / "forwards_per_block.png")
-    write_text_atomic(out_dir / "report.md", report_text(run_dir, summary, rows, predictions))
+    warning = ntp_mismatch_warning(records, exact=bool((summary.get("provenance") or {}).get("exact")))
+    write_text_atomic(out_dir / "report.md", report_text(run_dir, summary, rows, predictions, warning))
     return out_dir / "report.md", rows
 
 

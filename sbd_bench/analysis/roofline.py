@@ -10,7 +10,8 @@ per-forward cost curve that ``run`` times on its own machine (1, k, 1+k and 2k q
 
 A block that takes l forwards costs ``t(first) + (l-1)·t(k)``, where the first forward also carries
 the previous block causally (q = 2k; q = 1+k right after the prompt); NTP costs ``t(1)`` per token.
-The predicted wall-clock speed factor pairs each example with its NTP run, like the measured one.
+The predicted wall-clock speed factor pairs each example with its NTP run and divides the totals, like
+the measured one (metrics.py, speed_factor_wall).
 Pure arithmetic on records: no torch here (``report`` imports this module); the cost curve is
 measured by ``runner/costcurve.py``.
 """
@@ -20,11 +21,10 @@ import json
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
-from statistics import mean
 from typing import Callable
 
 from ..types import UsageError
-from .metrics import BASELINE_SOLVER, collapse_repeats, example_key, pairing_key
+from .metrics import BASELINE_SOLVER, collapse_repeats, pairing_key, ratio_of_totals
 
 
 @dataclass(frozen=True)
@@ -128,21 +128,16 @@ def sample_cost(rec: dict, t: Callable[[int, int], float]) -> float:
 
 
 def predicted_speed_factors(records: list[dict], t: Callable[[int, int], float]) -> dict[tuple[str, str], float]:
-    """(config, task) -> mean over examples of cost(ntp) / cost(config), paired like speed_factor_wall."""
+    """(config, task) -> Σ cost(ntp) / Σ cost(config) over the paired examples: a ratio of totals, as
+    the measured speed_factor_wall."""
     samples = [r for r in collapse_repeats(records) if not r.get("error")]
     base = {pairing_key(r): sample_cost(r, t) for r in samples if r["solver"] == BASELINE_SOLVER}
-    sums: dict[tuple, list[float]] = {}  # an example's samples pool, as in metrics.paired_ratios
-    for r in sorted(samples, key=lambda r: (example_key(r), int(r.get("sample", 0)))):
+    pairs: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for r in samples:
         if pairing_key(r) in base:
-            cost = sample_cost(r, t)
-            if cost > 0:
-                pair = sums.setdefault((r["config"], r["task"], str(r["id"])), [0.0, 0.0])
-                pair[0] += base[pairing_key(r)]
-                pair[1] += cost
-    ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for (config, task, _), (b, cost) in sums.items():
-        ratios[(config, task)].append(b / cost)
-    return {key: mean(values) for key, values in ratios.items()}
+            pairs[(r["config"], r["task"])].append((base[pairing_key(r)], sample_cost(r, t)))
+    factors = {key: ratio_of_totals(values) for key, values in pairs.items()}
+    return {key: value for key, value in factors.items() if value is not None}
 
 
 def run_dims(summary: dict) -> ModelDims | None:

@@ -449,10 +449,11 @@ class Decoder:
         """One solver decision over the working rows: (chosen (B, w) bool, the block with the chosen slots
         set to their argmax, or sampled, to their draws: ``_draw_block``). One batched call when they share a
         block size and the solver draws nothing; else row by row, each row with its own generator, so that
-        its draws match batch 1's."""
+        its draws match batch 1's; row by row in exact mode too, so that each row's call is batch 1's
+        (core/exact.py)."""
         batch, width = block.shape
         sizes = {rows[b].size for b in working}
-        if solver.deterministic and len(sizes) == 1:
+        if solver.deterministic and len(sizes) == 1 and not self.lm.exact:
             groups = [(working, sizes.pop(), None)]
         else:
             groups = [([b], rows[b].size, rows[b].generator) for b in working]

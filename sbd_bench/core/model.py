@@ -38,6 +38,7 @@ class LoadedModel:
     attn_implementation: str
     max_positions: int | None
     info: dict = field(default_factory=dict)
+    exact: bool = False  # every row computed alone (core/exact.py): batch and row count change no bit
 
 
 def resolve_model_path(name_or_path: str | os.PathLike) -> Path:
@@ -179,9 +180,12 @@ def load_model(
     attn_implementation: str = "sdpa",
     require_mask_token: bool = True,
     device_map: str | dict | None = None,
+    exact: bool = False,
 ) -> LoadedModel:
     """``device_map`` ("auto", "balanced", or a dict): spread a model too large for one device over
-    every visible GPU (then CPU) with accelerate, instead of moving it whole to ``device``."""
+    every visible GPU (then CPU) with accelerate, instead of moving it whole to ``device``. ``exact``:
+    the model's modules wrapped and its attention replaced so that each row is computed alone
+    (core/exact.py); ``attn_implementation`` is then exact.EXACT_ATTENTION."""
     from transformers import AutoConfig, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -214,6 +218,14 @@ def load_model(
             f"{path} has no mask token (tokenizer.mask_token or config.mask_token_id): it is not an SBD model; "
             f"fine-tune it with `python -m sbd_bench train --base {path} --out DIR`, which adds one"
         )
+    if exact:
+        from . import exact as exact_mode
+
+        if device_map is not None:
+            raise ModelError("--exact runs the model on the CPU, one device: drop --device-map")
+        exact_mode.check_exact(config, dev)  # before the weights load: a refusal costs nothing
+        exact_mode.register_attention()
+        attn_implementation = exact_mode.EXACT_ATTENTION
     placement = {}
     if device_map is not None:
         import importlib.util
@@ -230,6 +242,8 @@ def load_model(
         if dev.type == "meta":  # embeddings offloaded: their hook runs them on the first GPU
             dev = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     model.eval()
+    if exact:
+        exact_mode.wrap_rows(model)
     max_pos = getattr(config, "max_position_embeddings", None)
     return LoadedModel(
         model=model,
@@ -244,4 +258,5 @@ def load_model(
         info={"model_type": config.model_type, "num_parameters": sum(p.numel() for p in model.parameters()),
               **({"device_map": {k: str(v) for k, v in (getattr(model, "hf_device_map", None) or {"": str(dev)}).items()}}
                  if device_map is not None else {})},
+        exact=exact,
     )

@@ -3,9 +3,10 @@ time by the core's ``Decoder.generate_batch``, with a batch that does not fit in
 
     >>> for record in batched_records(lm, todo, cfg): writer.write(record)
 
-Outputs and NFE equal batch 1's (core/decoding.py); records come in the batch-1 order, and a sample's
-timings are its 1/N share of its batch's. The N samples of one example (``--samples``) are decoded side
-by side in one batch, each row with its own seed.
+Outputs and NFE are batch 1's (core/decoding.py) wherever rounding does not flip a near tie (a product
+over B rows rounds differently from one over 1); with --exact, bit for bit (core/exact.py). Records
+come in the batch-1 order, and a sample's timings are its 1/N share of its batch's. The N samples of one
+example (``--samples``) are decoded side by side in one batch, each row with its own seed.
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def is_out_of_memory(exc: BaseException) -> bool:
 class FittingBatcher:
     """Decodes lists of prompts in batches of at most ``size``; when a batch does not fit in memory,
     halves the size until one fits, says so on ``report`` once that size has worked, and goes on with
-    it. Results do not depend on the size (batching equals batch 1), only the timing does."""
+    it. Results do not depend on the size (batching equals batch 1, see the module docstring), only the
+    timing does."""
 
     def __init__(self, size: int, report=None, free=None):
         self.requested = self.size = size

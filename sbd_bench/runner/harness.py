@@ -98,6 +98,7 @@ def provenance(cfg: RunConfig, lm: LoadedModel, threads_chosen: str | None = Non
         "threads_chosen": threads_chosen,  # why that many: --threads, or the rule of choose_threads
         "dtype": str(lm.dtype).removeprefix("torch."),
         "attn_implementation": lm.attn_implementation,
+        "exact": lm.exact,
         "seed": cfg.seed,
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -208,9 +209,9 @@ def _open_run_folder(out: Path, resume: bool) -> tuple[dict | None, list[dict]]:
     return None, records  # records without a summary: a run killed before it wrote one, continued here
 
 
-def _check_kept_records(records: list[dict], planned, out: Path) -> None:
+def _check_kept_records(records: list[dict], planned, out: Path, exact: bool) -> None:
     """Records found in a folder without summary.json must be samples of this command's run: same
-    (configuration, task, example, sample, repeat), the same prompt and the same seed."""
+    (configuration, task, example, sample, repeat), the same prompt, the same seed, and decoded with --exact if this one is."""
     seeds = {item.key: item.seed for item in planned}
     hashes = {item.key: prompt_hash(item.ids) for item in planned}
     for number, record in enumerate(records, start=1):
@@ -219,6 +220,11 @@ def _check_kept_records(records: list[dict], planned, out: Path) -> None:
             raise UsageError(f"{out / SAMPLES}:{number} ({record['config']} on {record['task']}/{record['id']}) is not a "
                              f"sample of this command's run: continue the folder with the command that started it, "
                              f"or choose another --out")
+        if bool(record.get("exact")) != exact:
+            made, now = ("with", "without") if record.get("exact") else ("without", "with")
+            raise UsageError(f"{out / SAMPLES}:{number} was decoded {made} --exact and this command runs {now} it: "
+                             f"exact and plain records do not mix in one run; give the same --exact setting, or "
+                             f"choose another --out")
 
 
 def load_tasks(cfg: RunConfig) -> list[Task]:
@@ -304,7 +310,7 @@ def run(cfg: RunConfig, progress: Progress | None = None, resume: bool = False) 
 
 def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list[dict], progress) -> Path:
     lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, attn_implementation=cfg.attn_implementation,
-                    device_map=cfg.device_map)
+                    device_map=cfg.device_map, exact=cfg.exact)
     threads, threads_chosen = choose_threads(cfg.threads, lm)
     torch.set_num_threads(threads)
     torch.manual_seed(cfg.seed)
@@ -324,7 +330,7 @@ def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list
                   "records_kept": len(kept)}
     if summary is None:
         if kept:
-            _check_kept_records(kept, planned, out)
+            _check_kept_records(kept, planned, out, cfg.exact)
             prov["resumed"] = [{**resumption, "without_summary": True}]
         summary = {"schema_version": SCHEMA_VERSION, "complete": False, "provenance": prov, "rows": [],
                    "failures": [], "cost_curve": None, "resume_command": resume_command(out)}

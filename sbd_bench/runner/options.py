@@ -28,6 +28,9 @@ def add_decode_options(parser: argparse.ArgumentParser) -> None:
                         help="with a temperature: keep the most probable tokens whose mass reaches P (1: all)")
     parser.add_argument("--top-k", type=int, default=0,
                         help="with a temperature: keep the K most probable tokens (0: all)")
+    parser.add_argument("--exact", action="store_true",
+                        help="compute every row of every forward alone (CPU): verified output = ntp's and batch N = "
+                             "batch 1, bit for bit, in any dtype; several times slower (docs: 'Exact mode')")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: 1 for a model under 100M parameters on the CPU, else the "
                              "cores the machine's load leaves free; recorded)")

@@ -51,7 +51,7 @@ class RunConfig:
     threads: int | None = None  # torch CPU threads; 1 gives steadier timings on a busy machine
     chat_template: bool = False  # prompts through the tokenizer's chat template (benchmark tasks)
     thinking: bool | None = None  # the template's enable_thinking; None: its default
-    batch_size: int = 1  # sequences decoded together (core/decoding.py); records are those of batch 1
+    batch_size: int = 1  # sequences decoded together (core/decoding.py); records are batch 1's (bit for bit with exact)
     fast: bool | None = None  # preallocated cache + CUDA graphs; None: on for a model on one CUDA device
     compile: bool | None = None  # torch.compile inside the fast path's graphs; None: on with the graphs
     device_map: str | None = None  # e.g. "auto": spread a model too large for one GPU (accelerate)
@@ -61,6 +61,7 @@ class RunConfig:
     top_k: int = 0
     samples: int = 1  # decodes of each example per configuration (N of pass@k)
     pass_k: int | None = None  # the k of pass@k (None: N)
+    exact: bool = False  # every row computed alone (core/exact.py); a different configuration for compare
 
     def __post_init__(self):
         if not 0 <= self.seed < 2 ** 64:  # torch's seed range (it raises an overflow error past it)
@@ -89,6 +90,12 @@ class RunConfig:
         if self.pass_k is not None and not 1 <= self.pass_k <= self.samples:
             raise SamplingError(f"--pass-k {self.pass_k} needs 1 <= k <= --samples ({self.samples}): pass@k is estimated "
                                 f"from at least k samples per example; raise --samples or lower --pass-k")
+        if self.exact and self.compile:
+            raise UsageError("--exact computes each row with its own kernel calls, which torch.compile would fuse "
+                             "again: drop --compile")
+        if self.exact and self.attn_implementation != "sdpa":
+            raise UsageError(f"--exact brings its own attention (one query at a time): drop --attn "
+                             f"{self.attn_implementation}")
         if self.fast and self.device_map is not None:
             raise UsageError("--fast cannot be combined with --device-map: CUDA graphs do not span devices; "
                              "drop --fast (a device-mapped model runs eagerly)")
@@ -209,7 +216,8 @@ def _identity(task, example, prompt_ids, solver, cfg, repeat, sample=0, seed=Non
     drawn = {} if seed is None else {"sample": sample, "seed": seed}  # greedy records stay as they were
     return {"task": task.name, "id": example.id, "solver": solver.name, "params": solver.params,
             "config": solver.label, "block_size": cfg.block_size, "repeat": repeat, **drawn,
-            "prompt_tokens": len(prompt_ids), "prompt_hash": prompt_hash(prompt_ids)}
+            "prompt_tokens": len(prompt_ids), "prompt_hash": prompt_hash(prompt_ids),
+            **({"exact": True} if cfg.exact else {})}
 
 
 def prompt_hash(prompt_ids: list[int]) -> str:

@@ -374,6 +374,7 @@ SAMPLE_FIELDS = (
 # Fields that follow "repeat" in the records of sampled configurations only (temperature > 0, or --samples N
 # > 1): the sample's index 0..N-1 and its seed. A greedy run's records are what they were before sampling.
 SAMPLED_FIELDS = ("sample", "seed")
+
 # Records decoded with --exact (core/exact.py) add "exact": true; a plain run's records are what they were.
 
 # One row of summary.json "rows" (per solver configuration x task).

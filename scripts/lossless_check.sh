@@ -17,15 +17,15 @@ import json, sys
 from collections import Counter
 from pathlib import Path
 
-from sbd_bench.analysis.metrics import baseline_records, collapse_repeats, example_key
+from sbd_bench.analysis.metrics import baseline_records, collapse_repeats, pairing_key
 from sbd_bench.analysis.records import load_run
 
 summary, records = load_run(Path(sys.argv[1]))  # the records checked field by field, as report reads them
 ntp = baseline_records(collapse_repeats(records))
 verified = [r for r in records if (r["params"] or {}).get("verify") == "on"]
 differ = Counter((r["config"], r["task"]) for r in verified
-                 if r["error"] or r["output_ids"] != ntp[example_key(r)]["output_ids"])
-more = Counter((r["config"], r["task"]) for r in verified if not r["error"] and r["nfe"] > ntp[example_key(r)]["nfe"])
+                 if r["error"] or r["output_ids"] != ntp[pairing_key(r)]["output_ids"])
+more = Counter((r["config"], r["task"]) for r in verified if not r["error"] and r["nfe"] > ntp[pairing_key(r)]["nfe"])
 print("| config | task | n | = ntp | NFE speed factor | acceptance % | wall speed factor | examples with more NFE than ntp |")
 print("|---|---|---|---|---|---|---|---|")
 for row in summary["rows"]:

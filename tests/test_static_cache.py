@@ -138,6 +138,7 @@ def test_gpu_check_script_runs_tiny_on_cpu(tmp_path):
     assert [row["batch"] for row in result["batch_sweep"]] == [1, 2]
     assert {t["verdict"] for t in result["targets"].values()} <= {"n/a", "PASS"}
     assert result["targets"]["records_identical"]["verdict"] == "PASS"
+    assert "error" not in result["training"]["plain"], result["training"]["plain"]["error"]
     assert result["training"]["plain"]["steps_timed"] == 3 and result["training"]["plain"]["world_size"] == 2
     assert "PASS     records_identical" in done.stdout
 

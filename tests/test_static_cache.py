@@ -69,7 +69,6 @@ def test_rollback_moves_the_position_only(lm):
     assert cache.length == 4 and keys.shape[2] == 32
     cache.rollback(2)
     assert cache.length == 2 and cache.hf.layers[0].keys is keys  # same buffer, position moved
-    assert cache.bytes_per_token(torch.float32) == KVCache(lm.model.config).bytes_per_token(torch.float32)
 
 
 def test_full_static_cache_is_a_clear_error(lm):

@@ -1,6 +1,6 @@
 """The KV cache of committed tokens: an explicit length, ``advance`` after a forward, ``rollback``
 to drop a block's keys/values, ``keep`` to drop different columns per row (batched verified decoding),
-``reset``, and the bytes per token for reports.
+and ``reset``.
 
 Only causally computed keys/values are ever kept, so the cache is bit-for-bit what an NTP model holds.
 Two versions with the same methods:
@@ -25,12 +25,6 @@ import torch
 
 class CacheFullError(RuntimeError):
     """A forward would write past a preallocated cache's capacity."""
-
-
-def kv_bytes_per_token(config, dtype: torch.dtype) -> int:
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    return 2 * config.num_hidden_layers * kv_heads * head_dim * torch.finfo(dtype).bits // 8
 
 
 class KVCache:
@@ -63,9 +57,6 @@ class KVCache:
             if layer.is_initialized and layer.keys.numel():
                 layer.keys, layer.values = _gather_columns(layer.keys, columns), _gather_columns(layer.values, columns)
         self.length = columns.shape[1]
-
-    def bytes_per_token(self, dtype: torch.dtype) -> int:
-        return kv_bytes_per_token(self.config, dtype)
 
 
 class StaticKVCache:
@@ -159,9 +150,6 @@ class StaticKVCache:
         if key_pad is not None:
             buffer[:, : key_pad.shape[1]].copy_(key_pad)
         return buffer
-
-    def bytes_per_token(self, dtype: torch.dtype) -> int:
-        return kv_bytes_per_token(self.config, dtype)
 
 
 def _gather_columns(states: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:

@@ -10,22 +10,12 @@ over every column of the cache, masked ones included, in an order set by the cac
 written by a 25-token forward differs from the one written token by token (2e-6 in fp32, 0.06 in bf16),
 and where NTP's top two logits are one bf16 step apart, verified decoding departed from NTP's output.
 
-How (the loaded model's modules wrapped in ours, as peft does; no library code is changed, the folder
-stays a plain Hugging Face model):
-  linear layers         ``LinearRowByRow``: one product per token, on a fresh copy of its row (a one-row
-                        kernel: the same shape, values and alignment whatever else is in the forward);
-                        bf16/fp16 rows and weights are widened to float32 for it and the result rounded
-                        once, as a bf16 GEMM does (a one-row bf16 product is ~50x slower on this CPU)
-  norms, activations    ``RowByRow``: the module called once per token
-  rotary embedding      ``PositionByPosition``: each position's cos/sin computed once, alone (cos and
-                        sin of a long vector may take vector or scalar code paths by an element's place
-                        in it; no difference was seen on the CPUs here, the table rules it out)
-  attention             ``exact_attention`` (registered with transformers' AttentionInterface and
-                        selected as the model's attention implementation): per query, the keys it may
-                        see gathered in cache order, then one small product, softmax and product for
-                        that query alone, in float32; masked and padding columns are not in it
-What stays outside is elementwise and correctly rounded (residual additions, the MLP's gate product,
-the rotary products, casts, the embedding lookup), which no neighbour can change.
+How: the loaded model's modules are wrapped in ours, as peft does (no library code is changed, the
+folder stays a plain Hugging Face model): linear layers in ``LinearRowByRow``, norms and activations in
+``RowByRow``, the rotary embedding in ``PositionByPosition``, and the attention is ``exact_attention``
+(registered with transformers' AttentionInterface); each says how. What stays outside is elementwise
+and correctly rounded (residual additions, the MLP's gate product, the rotary products, casts, the
+embedding lookup), which no neighbour can change.
 
 Conditions: the same machine and thread count (kernels are deterministic for a given shape there, not
 across CPUs); the CPU (on CUDA the same calls are not known to be deterministic and would be far too
@@ -51,7 +41,9 @@ class ExactModeError(UsageError):
 
 class LinearRowByRow(nn.Module):
     """An ``nn.Linear`` computed one row (token) at a time: (..., in) -> (..., out), each row a fresh
-    (1, in) copy in the compute dtype (float32 for bf16/fp16: widened weight once per call)."""
+    (1, in) copy in the compute dtype (a one-row kernel: the same shape, values and alignment whatever
+    else is in the forward). bf16/fp16 rows and weights are widened to float32 (the weight once per
+    call) and the result rounded once, as a bf16 GEMM does; a one-row bf16 product is ~50x slower here."""
 
     def __init__(self, inner: nn.Linear):
         super().__init__()
@@ -133,16 +125,10 @@ def exact_attention(module, query, key, value, attention_mask, dropout: float = 
     return out, None
 
 
-_registered = False
-
-
 def register_attention() -> None:
-    global _registered
-    if not _registered:
-        from transformers import AttentionInterface
+    from transformers import AttentionInterface
 
-        AttentionInterface.register(EXACT_ATTENTION, exact_attention)
-        _registered = True
+    AttentionInterface.register(EXACT_ATTENTION, exact_attention)  # one dict entry: again changes nothing
 
 
 def check_exact(config, device: torch.device) -> None:

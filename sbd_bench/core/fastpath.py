@@ -41,6 +41,9 @@ PACKED_ATTENTION = "sbd_packed_sdpa"  # the name under which transformers' Atten
 
 class FastPath:
     def __init__(self, lm, compile: bool | None = None):
+        from transformers import AttentionInterface
+
+        AttentionInterface.register(PACKED_ATTENTION, packed_sdpa)  # for attention_for_static_cache
         self.lm = lm
         self.static = _plain_static_layers(lm.model.config)
         self.use_graphs = lm.device.type == "cuda" and self.static
@@ -277,8 +280,7 @@ def attention_for_static_cache(model):
     if before != "sdpa":
         yield
         return
-    _register_packed_attention()
-    config._attn_implementation = PACKED_ATTENTION
+    config._attn_implementation = PACKED_ATTENTION  # registered by FastPath.__init__
     try:
         yield
     finally:
@@ -300,18 +302,6 @@ def packed_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0,
     out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
                                                            dropout_p=dropout, scale=scaling)
     return out.reshape(batch, heads, q, dim).transpose(1, 2).contiguous(), None  # (B, Q, Hq, D)
-
-
-_registered = False
-
-
-def _register_packed_attention() -> None:
-    global _registered
-    if not _registered:
-        from transformers import AttentionInterface
-
-        AttentionInterface.register(PACKED_ATTENTION, packed_sdpa)
-        _registered = True
 
 
 def _one_line(exc: BaseException) -> str:

@@ -89,7 +89,6 @@ def check_model_output(lm: LoadedModel, prompt_ids: list[int]) -> None:
 @dataclass
 class Counters:
     nfe: int = 0  # forwards after prefill (each serves every row of a batch)
-    prefill_forwards: int = 0
     row_nfe: Counter = field(default_factory=Counter)  # batch row -> forwards in which it had work
 
 
@@ -134,6 +133,7 @@ class Decoder:
         if max_new_tokens < 1:
             raise DecodeError(f"--max-new-tokens must be >= 1 (got {max_new_tokens})")
         self.lm, self.block_size, self.max_new_tokens = lm, block_size, max_new_tokens
+        self.context = lm.max_positions or 1 << 62  # positions the model takes (none given: no limit)
         self.stop_strings = tuple(s for s in stop_strings if s)
         self.seed = seed
         self.counters = Counters()
@@ -158,9 +158,7 @@ class Decoder:
         """ids, positions (B, Q) -> float32 logits (B, keep, V) of the last ``keep`` queries (0: all Q),
         the only ones the core reads. Appends Q positions to ``cache``; ``pattern`` None: Q causal queries.
         ``rows``: the batch rows with work, each charged one NFE (None: all)."""
-        if phase == "prefill":
-            self.counters.prefill_forwards += 1
-        else:
+        if phase != "prefill":  # a prompt's one prefill forward is recorded apart (prefill_forwards)
             self.counters.nfe += 1
             for b in range(ids.shape[0]) if rows is None else rows:
                 self.counters.row_nfe[b] += 1
@@ -198,7 +196,7 @@ class Decoder:
         if isinstance(position, int):
             positions = torch.full_like(token, position)
         else:  # (B,): rows of a batch that have stopped run past their end, kept inside the model's range
-            positions = position[:, None].clamp_max((self.lm.max_positions or 1 << 62) - 1)
+            positions = position[:, None].clamp_max(self.context - 1)
         pattern = None if key_pad is None else Pattern(1, 0, key_pad)  # None: it sees the whole cache
         return self.forward(token, positions, pattern, cache, keep=1, rows=rows)
 
@@ -227,7 +225,7 @@ class Decoder:
             positions = torch.arange(start - n, start + k, device=block.device)[None].expand(ids.shape[0], -1)
         else:  # (B, n + k): idle slots of a batched row can pass the end, hidden filler slots fall before 0
             positions = start.to(block.device)[:, None] + torch.arange(-n, k, device=block.device)
-            positions = positions.clamp(0, (self.lm.max_positions or 1 << 62) - 1)
+            positions = positions.clamp(0, self.context - 1)
         logits = self.forward(ids, positions, Pattern(n, k, key_pad), cache, keep=keep, rows=rows)
         cache.rollback(k)
         return logits
@@ -265,7 +263,7 @@ class Decoder:
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
         device, longest, k = self.lm.device, max(map(len, prompts)), self.block_size
         self.counters, self.sampling, self._draft_probs = Counters(), solver.sampling, None
-        rows = [_Row(len(p), self._budget(len(p)), longest - len(p),
+        rows = [_Row(len(p), min(self.max_new_tokens, self.context - len(p)), longest - len(p),
                      None if solver.deterministic else torch.Generator().manual_seed(seed),
                      None if self.sampling.greedy else DrawStream(seed)) for p, seed in zip(prompts, seeds)]
         pad_id = getattr(self.lm.tokenizer, "pad_token_id", None) or 0
@@ -397,10 +395,11 @@ class Decoder:
 
     # ------------------------------------------------------------------ the loops' shared parts
     def _open_blocks(self, rows: list[_Row], starts: list[int], first: int = -1) -> torch.Tensor:
-        """A new block for every row that goes on, at ``starts``: all masked, (B, widest); ``first``: the
-        first slot's ``reveal_step`` (0: revealed by the first forward)."""
+        """A new block for every row that goes on, at ``starts``: k slots, or what the model's context
+        leaves, all masked, (B, widest); ``first``: the first slot's ``reveal_step`` (0: revealed by the
+        first forward)."""
         for r, start in zip(rows, starts):
-            r.size = 0 if r.stop_reason or r.final else self._block_room(start)
+            r.size = 0 if r.stop_reason or r.final else min(self.block_size, self.context - start)
             r.reveal_step, r.open = ([first] + [-1] * (r.size - 1))[: r.size], r.size > 0
         return torch.full((len(rows), max(r.size for r in rows)), self.lm.mask_token_id, dtype=torch.long,
                           device=self.lm.device)
@@ -575,21 +574,9 @@ class Decoder:
         """Refuse a prompt the core cannot decode: an empty one, or one that fills the model's context."""
         if not prompt_ids:
             raise DecodeError("empty prompt: the core needs at least one prompt token")
-        top = self.lm.max_positions
-        if top is not None and len(prompt_ids) >= top:
+        if len(prompt_ids) >= self.context:
             raise DecodeError(f"prompt of {len(prompt_ids)} tokens does not fit the model's context of "
-                              f"{top}: shorten it or use a model with a longer context")
-
-    def _block_room(self, start: int) -> int:
-        """Positions of a block starting at ``start``: k, or what the model's context leaves."""
-        k, limit = self.block_size, self.lm.max_positions
-        return k if limit is None else min(k, limit - start)
-
-    def _budget(self, prompt_len: int) -> int:
-        budget = self.max_new_tokens
-        if self.lm.max_positions is not None:
-            budget = min(budget, self.lm.max_positions - prompt_len)
-        return budget
+                              f"{self.context}: shorten it or use a model with a longer context")
 
     def _stop(self, ids: list[int], n_filled: int, budget: int, block_done: bool = False, first_new: int = 0):
         """Where generation ends, given ``ids`` = everything generated whose predecessors are all

@@ -297,23 +297,25 @@ def test_a_unix_socket_outside_is_out_of_reach(host_fs):
         shutil.rmtree(folder)
 
 
+FILL_EVERY_WRITABLE_PLACE = textwrap.dedent("""
+    import os
+    written = 0
+    try:
+        for place in (".", "/tmp", "/var/tmp", "/dev/shm"):
+            for i in range(10):        # 320 MiB at most, in files under the file-size limit
+                with open(os.path.join(place, f"f{i}"), "wb") as handle:
+                    handle.write(b"x" * (8 << 20))
+                written += 8
+    except OSError as exc:
+        print("stopped after", written, "MiB:", exc.strerror)
+        raise SystemExit(1)
+    print("wrote", written, "MiB")
+""")
+
+
 def test_everything_it_writes_shares_one_quota():
     needs(iso().private_view, "no private file system view here: the working directory has no quota")
-    source = textwrap.dedent("""
-        import os
-        written = 0
-        try:
-            for place in (".", "/tmp", "/var/tmp", "/dev/shm"):
-                for i in range(10):        # 320 MiB at most, in files under the file-size limit
-                    with open(os.path.join(place, f"f{i}"), "wb") as handle:
-                        handle.write(b"x" * (8 << 20))
-                    written += 8
-        except OSError as exc:
-            print("stopped after", written, "MiB:", exc.strerror)
-            raise SystemExit(1)
-        print("wrote", written, "MiB")
-    """)
-    out = run_python(source, limits=Limits(timeout_s=20, disk_bytes=48 << 20))
+    out = run_python(FILL_EVERY_WRITABLE_PLACE, limits=Limits(timeout_s=20, disk_bytes=48 << 20))
     assert out.status == "failed" and out.stdout.startswith("stopped after"), out
     written = int(out.stdout.split()[2])
     assert 32 <= written <= 48 and "No space left" in out.stdout
@@ -658,20 +660,7 @@ def test_fallback_writes_nothing_outside_its_own_folders(host_fs):
 
 def test_fallback_writes_share_one_quota(host_fs):
     needs(host_fs.private_scratch, "no mount namespace here: the fallback has no quota")
-    source = textwrap.dedent("""
-        import os
-        written = 0
-        try:
-            for place in (".", "/tmp", "/var/tmp", "/dev/shm"):
-                for i in range(10):        # 320 MiB at most
-                    with open(os.path.join(place, f"f{i}"), "wb") as handle:
-                        handle.write(b"x" * (8 << 20))
-                    written += 8
-        except OSError as exc:
-            print("stopped after", written, "MiB:", exc.strerror)
-            raise SystemExit(1)
-    """)
-    out = sandbox._run_python(host_fs, source, None, Limits(timeout_s=20, disk_bytes=48 << 20))
+    out = sandbox._run_python(host_fs, FILL_EVERY_WRITABLE_PLACE, None, Limits(timeout_s=20, disk_bytes=48 << 20))
     assert out.status == "failed" and out.stdout.startswith("stopped after"), out
     assert 32 <= int(out.stdout.split()[2]) <= 48 and "No space left" in out.stdout
 

@@ -34,9 +34,12 @@ FLAGS = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]
 REL = 1e-5  # fp32, same global batch: the ranks' slices sum in another order, nothing more
 
 
-def torchrun(out: Path | None, port: int, *flags: str, kill_at: str | None = None) -> subprocess.CompletedProcess | str:
-    """2 ranks of `train`. ``kill_at``: SIGKILL the whole process group when a log line starts with it."""
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={port}",
+def torchrun(out: Path | None, *flags: str, kill_at: str | None = None) -> subprocess.CompletedProcess | str:
+    """2 ranks of `train`. ``kill_at``: SIGKILL the whole process group when a log line starts with it.
+
+    ``--standalone`` takes a free port: a fixed one can still be held (TIME_WAIT) by the run killed just before,
+    or by another test run on the machine."""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
             "-m", "sbd_bench", "train", *(["--out", str(out)] if out else []), *FLAGS, *flags]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     if kill_at is None:
@@ -70,13 +73,13 @@ def close(a: list[float], b: list[float], rel: float = REL) -> bool:
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("dist")
     train(TrainConfig(out=str(root / "one"), batch_size=4, **TINY), log=lambda line: None)
-    seen = torchrun(root / "fsdp", 29631, "--batch-size=2", "--save-every=5", "--stop-at=15",
+    seen = torchrun(root / "fsdp", "--batch-size=2", "--save-every=5", "--stop-at=15",
                     kill_at="checkpoint: step 10")
     assert "checkpoint: step 10" in seen, seen[-3000:]
     shutil.copytree(root / "fsdp", root / "fsdp_at_10")  # for the one-process resume below
-    resumed = torchrun(root / "fsdp", 29632, "--batch-size=2", "--resume")
+    resumed = torchrun(root / "fsdp", "--batch-size=2", "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    ddp = torchrun(root / "ddp", 29633, "--batch-size=1", "--grad-accum=2", "--strategy=ddp")
+    ddp = torchrun(root / "ddp", "--batch-size=1", "--grad-accum=2", "--strategy=ddp")
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     return root, resumed, ddp
 
@@ -160,7 +163,7 @@ def test_grad_accum_equals_the_doubled_batch(runs, tmp_path):
 
 def test_throughput_is_measured_per_window_under_torchrun():
     """SBD and NTP copies side by side on both ranks, the global batch, a ratio per --log-every window."""
-    done = torchrun(None, 29634, "--measure-throughput=2", "--batch-size=2")
+    done = torchrun(None, "--measure-throughput=2", "--batch-size=2")
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
     assert (result["world_size"], result["strategy"], result["global_batch_size"], result["steps"]) == (2, "fsdp", 4, 2)

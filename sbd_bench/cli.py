@@ -261,8 +261,9 @@ def cmd_list(args) -> int:
     from .registry import solver_registry
     from .tasks import task_registry
 
+    solvers = solver_registry(args.plugins)  # a bad --plugins is refused before a line is printed
     print("solvers:")
-    for name, cls in sorted(solver_registry(args.plugins).items()):
+    for name, cls in sorted(solvers.items()):
         params = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(cls)) or "no parameters"
         print(f"  {name:<16} {params:<32} {cls.description}")
     print("  every spec also takes the core's options: verify=on|off (block solvers), temperature=T, top_p=P, top_k=K")

@@ -60,6 +60,10 @@ def _import_file(path: Path, namespace: str):
 
 
 def _folder_modules(folder: Path, namespace: str):
+    if folder.exists() and not folder.is_dir():
+        raise RegistryError(f"--plugins {folder} is a file, not a folder: give the folder that holds solver .py files"
+                            + (f" (every one in it is loaded), e.g. --plugins {folder.parent}"
+                               if folder.suffix == ".py" else ""))
     if not folder.is_dir():
         raise RegistryError(f"plugin folder {folder} does not exist: pass a folder holding solver .py files")
     for path in sorted(folder.glob("*.py")):

@@ -172,6 +172,14 @@ class Verified(Solver):
         return self.solver.select(view)
 
 
+# The smallest temperature above 0 that the core divides logits by. Logits are divided in float32 (largest
+# finite value 3.4e38): below 1e-6 a logit of 3.4e32 / T already overflows, and 1e-45 or 1e-300 (0 once
+# in float32) turns every logit into inf and the probabilities into NaN. At 1e-6 a logit gap of 1e-4
+# already weighs exp(-100): the distribution is the argmax's but for exact ties, so nothing smaller is
+# a temperature anyone needs (greedy is temperature 0).
+MIN_TEMPERATURE = 1e-6
+
+
 class SamplingError(UsageError):
     """A temperature, top-p, top-k or sample count the core cannot use; the message names the fix."""
 
@@ -183,6 +191,10 @@ def sampling_problem(temperature, top_p, top_k) -> tuple[str, str] | None:
 
     if not number(temperature) or not (math.isfinite(temperature) and temperature >= 0):  # also refuses NaN
         return "temperature", f"must be a number >= 0 (got {temperature}); 0 decodes greedily (argmax)"
+    if 0 < temperature < MIN_TEMPERATURE:
+        return "temperature", (f"must be 0 or at least {MIN_TEMPERATURE:g} (got {temperature}): logits divided by a "
+                               f"smaller one overflow (NaN probabilities); give 0 for greedy decoding (argmax), "
+                               f"which so small a temperature only approaches")
     if not number(top_p) or not 0 < top_p <= 1:
         return "top_p", f"must be in (0, 1] (got {top_p}); 1 keeps the whole distribution"
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:

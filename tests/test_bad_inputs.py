@@ -413,6 +413,119 @@ def test_ntp_vs_generate_suppresses_the_mask_token(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
+# The new flags of run/throughput/compare/report/list tried from outside (an audit): edge values refused
+# in one line before any model loads, files given where folders are wanted, outputs that are devices or
+# pipes, a closed stdout and a full disk that lose nothing computed.
+@pytest.fixture(scope="module")
+def audit(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("audit")
+    paths = {"root": root}
+    paths["fifo"] = root / "fifo"
+    os.mkfifo(paths["fifo"])  # an output path that blocks whoever opens it for reading
+    paths["run"] = crafted_run(root / "run", standard_records(n=2))
+    paths["a_file"] = root / "a_file.txt"
+    paths["a_file"].write_text("not a folder\n")
+    return paths
+
+
+BROKEN = "--model {broken_model}"  # a model that cannot load: a refusal must come before it
+AUDIT = {
+    "--temperature too small to divide by": (f"run {BROKEN} --temperature 1e-45",
+                                             "--temperature must be 0 or at least 1e-06 (got 1e-45)"),
+    "a spec's temperature too small": (f"run {BROKEN} --solver ntp:temperature=1e-300",
+                                       "ntp: temperature must be 0 or at least 1e-06 (got 1e-300)"),
+    "--samples past what a run can hold": (f"run {BROKEN} --task arith --solver ntp --samples 99999999999999999999",
+                                           "--samples 99999999999999999999 plans"),
+    "--repeats past what a run can hold": (f"run {BROKEN} --task arith,reverse --solver all --repeats 100000",
+                                           "plans 72,000,000 samples"),
+    "throughput, two tasks": (f"throughput {BROKEN} --task arith,reverse --out {{root}}/tp.json",
+                              "throughput measures one task (got 2: arith, reverse)"),
+    "throughput, batch larger than the examples": (f"throughput {BROKEN} --task arith --limit 4 --batch-sizes 1,64 "
+                                                   f"--out {{root}}/tp.json", "--batch-sizes 64 is larger than the 4"),
+    "compare, a file for the run": ("compare {run} {run}/summary.json",
+                                    "{run}/summary.json is a file: give the run folder that holds it: {run}"),
+    "report, a file for the run": ("report {run}/samples.jsonl",
+                                   "{run}/samples.jsonl is a file: give the run folder that holds it: {run}"),
+    "list --plugins a file": ("list --plugins {a_file}", "--plugins {a_file} is a file, not a folder"),
+    "--task a device": (f"run {BROKEN} --task /dev/null", "task file /dev/null is not a regular file"),
+    "a benchmark's data file a device": (f"run {BROKEN} --task gsm8k:path=/dev/null",
+                                         "data file /dev/null is not a regular file"),
+}
+
+
+@pytest.mark.parametrize("case", list(AUDIT))
+def test_audit_refused_in_one_line(case, audit, w, tmp_path):
+    argv, expected = AUDIT[case]
+    names = {k: str(v) for k, v in {**w, **audit}.items()}
+    folders = [p for p in audit.values() if p.is_dir() and p != audit["root"]] + [w["broken_model"]]
+    before = {p: snapshot(p) for p in folders}
+    proc = sbd(*argv.format(**names).split(), cwd=tmp_path)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1 and err[0].startswith("error: "), proc.stderr[-3000:]
+    assert expected.format(**names) in err[0], err[0]
+    assert proc.stdout == "", proc.stdout[:300]  # refused before a line of output (`list` printed a header first)
+    assert {p: snapshot(p) for p in folders} == before and not list(tmp_path.iterdir())
+    assert not (audit["root"] / "tp.json").exists()
+
+
+@pytest.mark.parametrize("command", ["throughput", "compare"])
+def test_an_output_that_is_a_pipe_is_refused_not_read(command, audit, w, tmp_path):
+    """--out a FIFO (or /dev/stdout on a pipe): checking whether the file is one's own must not read it,
+    which blocks until someone writes; it is refused in one line, as a device is."""
+    argv = {"throughput": ["throughput", "--model", w["broken_model"], "--out", audit["fifo"]],
+            "compare": ["compare", audit["run"], audit["run"], "--out", audit["fifo"]]}[command]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "sbd_bench", *map(str, argv)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1, proc.stderr[-3000:]
+    assert f"--out {audit['fifo']} is not a regular file" in err[0], err[0]
+
+
+def test_compare_writes_its_out_file_before_stdout(audit, tmp_path):
+    """`compare A B --out F | head -0`: the reader is gone before the table; F is written all the same."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "compare.md"
+    proc = subprocess.Popen([sys.executable, "-m", "sbd_bench", "compare", str(audit["run"]), str(audit["run"]),
+                             "--out", str(out)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 141
+    assert out.read_text().startswith("| config | task |")
+
+
+def limited_file_size(limit: int):
+    """preexec_fn: files of this process may not grow past ``limit`` bytes (EFBIG, as on a full disk)."""
+    def apply():
+        import resource
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing the process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_a_full_disk_names_the_file_and_leaves_no_temporary_files(audit, tmp_path):
+    """A write that runs out of room: one line naming the file, no `.NAME.PID.tmp` left beside it, no
+    empty folder, and the command run again once there is room succeeds (a report half written is its own
+    to replace). 300 bytes: the first file already fails; 5000: report.md and the CSVs fit, a plot does not."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    for argv, written, limit in ((["report", audit["run"], "--out", tmp_path / "rep"], tmp_path / "rep", 300),
+                                 (["report", audit["run"], "--out", tmp_path / "rep2"], tmp_path / "rep2", 5000),
+                                 (["compare", audit["run"], audit["run"], "--out", tmp_path / "c.md"], tmp_path / "c.md",
+                                  300)):
+        full = subprocess.run([sys.executable, "-m", "sbd_bench", *map(str, argv)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120, preexec_fn=limited_file_size(limit))
+        err = full.stderr.strip().splitlines()
+        assert full.returncode == 2 and len(err) == 1 and "Traceback" not in full.stderr, full.stderr[-3000:]
+        assert f"error: cannot write {written}" in err[0] and "File too large" in err[0], err[0]
+        assert not [p.name for p in tmp_path.rglob(".*.tmp")]
+        assert not written.is_dir() or list(written.iterdir())  # a report folder it made is not left empty
+        again = subprocess.run([sys.executable, "-m", "sbd_bench", *map(str, argv)], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr[-3000:]
+
+
+# ------------------------------------------------------------------------------------------------
 # `train` (issues 18 and 20): bad values refused in one line before any model loads, a non-finite
 # loss stops the run keeping its last checkpoint, characters the tokenizer cannot encode are counted,
 # a closed pipe costs no work, Ctrl-C names the resume command, no transformers progress bar leaks.

@@ -211,13 +211,13 @@ def cmd_compare(args) -> int:
     body, regressions, notes = compare_runs(Path(args.baseline), Path(args.run), tol)
     table = "\n".join(["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
                       + ["| " + " | ".join(row) + " |" for row in body])
+    if args.out:  # before stdout, whose reader may be gone (`compare ... --out F | head -1`)
+        write_text_atomic(Path(args.out), table + "\n" + "".join(f"\n- {r}" for r in regressions + notes) + "\n")
     print(table)
     for line in notes:
         print(f"note: {line}", file=sys.stderr)
     for line in regressions:
         print(f"REGRESSION: {line}", file=sys.stderr)
-    if args.out:
-        write_text_atomic(Path(args.out), table + "\n" + "".join(f"\n- {r}" for r in regressions + notes) + "\n")
     status = "fail" if regressions else "pass"
     print(json.dumps({"status": status, "regressions": len(regressions), "compared": len(body)}))
     return 1 if regressions else 0

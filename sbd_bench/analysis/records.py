@@ -28,11 +28,23 @@ class RunFolderError(UsageError):
     """A run folder that cannot be read; the message says what is wrong and what to do."""
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file beside ``path``, then rename: readers never see half a file."""
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` to a temporary file beside ``path``, then rename: readers never see half a file. A
+    write that fails (a full disk) removes the temporary file and names ``path`` in its error."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno is not None:
+            exc.filename = str(path)  # the file the user asked for, not our temporary one
+        raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def write_json_atomic(path: Path, payload) -> None:
@@ -190,6 +202,11 @@ def read_summary(run_dir: Path) -> dict:
 def load_run(run_dir: Path) -> tuple[dict, list[dict]]:
     """(summary, records) of a run folder; bad input raises ``RunFolderError`` with one clear line."""
     run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():  # e.g. the summary.json or samples.jsonl of a run
+        holder = run_dir.parent
+        held = (holder / SUMMARY).is_file() or (holder / SAMPLES).is_file()
+        raise RunFolderError(f"{run_dir} is a file: give the run folder "
+                             + (f"that holds it: {holder}" if held else "(the --out folder of a `run`)"))
     if not run_dir.is_dir():
         raise RunFolderError(f"run folder {run_dir} does not exist: give the --out folder of a `run`")
     summary = read_summary(run_dir)
@@ -252,6 +269,9 @@ def check_output_file(path: Path, example: str, ours: Callable[[Path], bool], co
     path = Path(path)
     if path.is_dir():
         raise RunFolderError(f"{flag} {path} is a folder: give a file name, e.g. {flag} {free_path(path / example)}")
+    if path.exists() and not path.is_file():  # a pipe or a device: reading it to tell (``ours``) could block
+        raise RunFolderError(f"{flag} {path} is not a regular file (a device, a pipe or a socket): give a file name, "
+                             f"e.g. {flag} {free_path(path.parent / example)}")
     if path.exists() and not ours(path):
         raise RunFolderError(f"{flag} {path} is a file `{command}` did not write, which writing would replace: give "
                              f"a new file name, e.g. {flag} {free_path(path.parent / example)}")

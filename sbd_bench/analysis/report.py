@@ -30,8 +30,8 @@ from typing import Callable
 
 from ..types import SUMMARY_ROW_FIELDS
 from .metrics import BASELINE_SOLVER, TOKENS_DIFFER_PERCENT, is_verified, ntp_mismatch_warning, summarize
-from .records import (SUMMARY, RunFolderError, free_path, is_run_summary, load_run, prepare_output_folder, starts_with,
-                      write_text_atomic)
+from .records import (SUMMARY, RunFolderError, free_path, is_run_summary, load_run, prepare_output_folder,
+                      remove_empty_folders, starts_with, write_atomic, write_text_atomic)
 from .roofline import prediction_columns
 
 PREDICTION_LABELS = {"pred_measured": "predicted (measured curve)"}
@@ -235,11 +235,7 @@ def pareto_front(points: list[tuple[float, float]], tie: float = SPEED_TIE) -> l
 
 
 def _savefig(fig, path: Path) -> None:
-    import os
-
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    os.replace(tmp, path)
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
 
 
 MARKER_AREA = 45  # points^2: a marker about 6.7 points wide
@@ -502,6 +498,10 @@ def _write_report(run_dir: Path, out_dir: Path | None, summary: dict, records: l
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = ordered(summarize(records, ((summary.get("provenance") or {}).get("config") or {}).get("pass_k")))
     predictions = prediction_columns(summary, records)
+    warning = ntp_mismatch_warning(records, exact=bool((summary.get("provenance") or {}).get("exact")))
+    # report.md first: it marks the folder as a report's (check_report_folder), so a report that a full disk
+    # stopped halfway is replaced by the same command run again, not refused as someone else's files
+    write_text_atomic(out_dir / "report.md", report_text(run_dir, summary, rows, predictions, warning))
     write_text_atomic(out_dir / "table.csv", csv_text(*main_table(rows)))
     long_header = list(SUMMARY_ROW_FIELDS) + list(predictions)
     long_body = [[json.dumps(r.get(f)) if isinstance(r.get(f), dict) else r.get(f) for f in SUMMARY_ROW_FIELDS]
@@ -512,17 +512,21 @@ def _write_report(run_dir: Path, out_dir: Path | None, summary: dict, records: l
                       "forwards", out_dir / "tokens_per_forward.png")
     plot_distribution(records, rows, "forwards_per_block", "Forwards per block: share of blocks", "blocks",
                       out_dir / "forwards_per_block.png")
-    warning = ntp_mismatch_warning(records, exact=bool((summary.get("provenance") or {}).get("exact")))
-    write_text_atomic(out_dir / "report.md", report_text(run_dir, summary, rows, predictions, warning))
     return out_dir / "report.md", rows
 
 
 def cmd_report(args) -> int:
     summary, records = load_run(Path(args.run_dir))  # bad records first: nothing is written then
+    created = []
     if args.out:
         prepare_output_folder(Path(args.out), keep=False)
         check_report_folder(Path(args.out))
-    path, rows = _write_report(Path(args.run_dir), Path(args.out) if args.out else None, summary, records)
+        created = prepare_output_folder(Path(args.out))
+    try:
+        path, rows = _write_report(Path(args.run_dir), Path(args.out) if args.out else None, summary, records)
+    except BaseException:
+        remove_empty_folders(created)  # a report that could not be written leaves no empty folder behind
+        raise
     print(markdown(*main_table(rows)))
     print(json.dumps({"report": str(path), "complete": bool(summary.get("complete"))}))
     return 0

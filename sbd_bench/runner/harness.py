@@ -140,6 +140,29 @@ def plan_work(cfg: RunConfig, tasks: list[Task], lm: LoadedModel) -> list[tuple[
     return work
 
 
+# The most samples one run plans. Every record is read back into memory whole by `report`, `compare`
+# and `--resume`: about 1.2 KB of JSON on disk and 5 KB as Python objects each (results/baseline's 4,320
+# records: `wc -c` of its samples.jsonl, and tracemalloc around `read_records` of it), so a million are
+# about 1.2 GB on disk and 5 GB of memory, and a day of decoding even at 0.1 s a sample. Larger studies
+# are several runs (tasks or configurations split between them), which `compare` and `report` read
+# one by one.
+MAX_PLANNED_SAMPLES = 1_000_000
+
+
+def check_plan_size(cfg: RunConfig, tasks: list[Task], solvers: list[Solver]) -> None:
+    """Refuse, before the model loads, a run that plans more samples than one run folder can hold."""
+    examples = sum(len(task.examples("test")[: cfg.limit]) for task in tasks)
+    planned = examples * len(solvers) * cfg.samples * cfg.repeats
+    if planned <= MAX_PLANNED_SAMPLES:
+        return
+    flags = [f"--{name} {value}" for name, value in (("samples", cfg.samples), ("repeats", cfg.repeats)) if value > 1]
+    lower = " or ".join(flag.split()[0] for flag in flags) or "--limit"
+    raise UsageError(f"{' with '.join(flags) or 'this run'} plans {planned:,} samples ({examples:,} examples x "
+                     f"{len(solvers)} configuration(s) x {cfg.samples:,} sample(s) x {cfg.repeats:,} repeat(s)), more "
+                     f"than the {MAX_PLANNED_SAMPLES:,} one run folder holds (report, compare and --resume read every "
+                     f"record into memory): lower {lower}, or split the tasks or configurations over several runs")
+
+
 def unknown_characters(work, tokenizer) -> dict | None:
     """The prompt characters the tokenizer cannot encode, which it turns into its unknown token
     (``unk_token``) without a word: how many tokens, in how many prompts, and each character's count.
@@ -297,6 +320,7 @@ def run(cfg: RunConfig, progress: Progress | None = None, resume: bool = False) 
     out = Path(cfg.out)
     if resume and not out.is_dir():
         raise RunFolderError(f"run folder {out} does not exist: give the --out folder of an interrupted run")
+    check_plan_size(cfg, tasks, solvers)
     created = [] if resume else prepare_output_folder(out)  # a bad --out costs no model load
     threads_before = torch.get_num_threads()
     try:

@@ -133,7 +133,20 @@ def cmd_throughput(args) -> int:
                     cost_curve=False, threads=args.threads, temperature=args.temperature, top_p=args.top_p,
                     top_k=args.top_k, exact=args.exact)
     solvers = parse_solver_spec(args.solver, solver_registry(args.plugins), cfg.sampling)
-    task = load_task(expand_tasks(args.task)[0])
+    names = expand_tasks(args.task)
+    if len(names) > 1 and args.task != "suite":  # the rest would be dropped without a word
+        raise UsageError(f"throughput measures one task (got {len(names)}: {', '.join(names)}): give one --task, "
+                         f"and measure the others in runs of their own")
+    task = load_task(names[0])
+    available = len(task.examples("test"))
+    count = min(available, args.limit)
+    too_large = [size for size in sizes if size > count]
+    if too_large:  # the batch would hold only the examples there are: its figures would be batch `count`'s
+        held = f"--limit {args.limit}" if count == args.limit else f"all of {task.name}'s"
+        raise UsageError(f"--batch-sizes {', '.join(map(str, too_large))} {'is' if len(too_large) == 1 else 'are'} "
+                         f"larger than the {count} examples decoded at each size ({held}): a batch cannot hold more "
+                         f"examples than there are; give sizes up to {count}"
+                         + (f", or raise --limit to {too_large[-1]}" if available >= too_large[-1] else ""))
     lm = load_model(args.model, device=args.device, dtype=args.dtype, exact=args.exact)
     threads, threads_chosen = choose_threads(args.threads, lm)
     torch.set_num_threads(threads)

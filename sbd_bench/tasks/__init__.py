@@ -155,6 +155,9 @@ def load_task(spec: str, **options) -> Task:
         hint = f"one of the {len(inside)} in it, e.g. {path / inside[0]}" if inside else "a JSONL file"
         raise TaskError(f"task file {path} is a folder: give {hint}, or a built-in task name")
     if path.suffix == ".jsonl" or path.exists():
+        if path.exists() and not path.is_file():  # /dev/null reads as no examples; a pipe can be read only once
+            raise TaskError(f"task file {path} is not a regular file (a device, a pipe or a socket): give a JSONL "
+                            f"file or a built-in task name")
         if not path.is_file():
             raise TaskError(f"task file {path} does not exist: give a JSONL file or a built-in task name")
         if options:

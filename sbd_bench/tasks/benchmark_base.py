@@ -24,6 +24,9 @@ from . import TaskError, iter_jsonl
 def read_rows(path: Path) -> list[tuple[int, Any]]:
     """(line number, parsed object) for each non-blank line of a JSONL file, or (index + 1, item) for
     a JSON list. The number is what error messages call 'line'."""
+    if path.exists() and not path.is_file():
+        kind = "is a folder" if path.is_dir() else "is not a regular file (a device, a pipe or a socket)"
+        raise TaskError(f"data file {path} {kind}: give the path to a local copy of the benchmark's file")
     if not path.is_file():
         raise TaskError(f"data file {path} does not exist: give the path to a local copy (nothing is downloaded)")
     if path.suffix == ".parquet":

@@ -658,3 +658,172 @@ def test_train_interrupted_says_how_to_resume(tmp_path):
                           env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0 and "stopped after step 6" in done.stderr, done.stderr[-3000:]
+
+
+# ------------------------------------------------------------------------------------------------
+# `train` tried from outside (the audit of issues 18, 20, 22, 23): each mode reads its own options and
+# refuses the others by name, edge values, someone's model folder as --export-to, a checkpoint already
+# past --steps, a line both chat and prompt/completion: each one line before any model loads. Then a
+# full disk while saving a checkpoint, a refusal that needs --base's tokenizer, and torchrun's 2 ranks.
+@pytest.fixture(scope="module")
+def train_audit(tmp_path_factory, train_inputs) -> dict:
+    root = tmp_path_factory.mktemp("train_audit")
+    paths = {"root": root, "batch2": train_inputs["batch2"]}
+    paths["both"] = root / "both.jsonl"  # a line that is chat and prompt/completion at once
+    paths["both"].write_text(json.dumps({"messages": [{"role": "user", "content": "1+1="},
+                                                      {"role": "assistant", "content": "2"}],
+                                         "prompt": "2+2=", "completion": "4"}) + "\n")
+    paths["chat"] = root / "chat.jsonl"  # a good chat line (for a tokenizer without a chat template)
+    paths["chat"].write_text(json.dumps({"messages": [{"role": "user", "content": "1+1="},
+                                                      {"role": "assistant", "content": "2"}]}) + "\n")
+    paths["theirs"] = root / "their_model"  # someone's model folder: an export must not replace it
+    paths["theirs"].mkdir()
+    (paths["theirs"] / "config.json").write_text('{"model_type": "llama"}\n')
+    (paths["theirs"] / "model.safetensors").write_bytes(b"their weights")
+    paths["a_file"] = root / "a_file.txt"
+    paths["a_file"].write_text("not a folder\n")
+    paths["broken_model"] = root / "broken_model"  # a model that cannot load: a refusal must come before it
+    paths["broken_model"].mkdir()
+    (paths["broken_model"] / "config.json").write_text('{"model_type": "no_such_architecture"}')
+    return paths
+
+
+TRAIN_AUDIT = {
+    "--plan --export": ("--plan --export --out {batch2}", "--plan only plans: drop --export, --out"),
+    "--export --resume": ("--export --resume --out {batch2}",
+                          "--export writes the model of the checkpoint in --out: drop --resume"),
+    "--export --steps --lora-rank": ("--export --steps 5 --lora-rank 4 --out {batch2}", "drop --lora-rank, --steps"),
+    "--measure-throughput --out": ("--measure-throughput 1 --out {root}/m",
+                                   "--measure-throughput measures and saves nothing: drop --out"),
+    "--dims without --plan": ("--dims llama-3.1-8b --out {root}/m", "--dims goes with --plan"),
+    "--world-size without --plan": ("--world-size 8 --out {root}/m", "--world-size goes with --plan"),
+    "--export-to without --export": ("--export-to {root}/e --out {root}/m", "--export-to goes with --export"),
+    "--export-to someone's model": ("--export --out {batch2} --export-to {theirs}",
+                                    "--export-to {theirs} holds config.json, model.safetensors, which are not an "
+                                    "export of sbd_bench's"),
+    "--export-to a file": ("--export --out {batch2} --export-to {a_file}", "--export-to {a_file} is a file, not a folder"),
+    "--export-to /proc": ("--export --out {batch2} --export-to /proc/sbd-export",
+                          "cannot write to --export-to /proc/sbd-export"),
+    "--resume past --steps": ("--resume --out {batch2} --steps 1 --batch-size 2",
+                              "is at step 2, past the end of --steps 1: nothing to train"),
+    "--resume at --steps": ("--resume --out {batch2} --steps 2 --batch-size 2",
+                            "is at step 2, the end of --steps 2: nothing to train"),
+    "--resume, --stop-at before the checkpoint": ("--resume --out {batch2} --steps 5 --stop-at 2 --batch-size 2",
+                                                  "--stop-at 2 is not after it"),
+    "--grad-accum past int64": ("--grad-accum 99999999999999999999 --out {root}/m",
+                                "--grad-accum 99999999999999999999 is out of range"),
+    "--global-batch-size 0": ("--global-batch-size 0 --out {root}/m", "--global-batch-size must be >= 1"),
+    "--global-batch-size and --batch-size": ("--global-batch-size 8 --batch-size 3 --out {root}/m",
+                                             "give --global-batch-size or --batch-size, not both"),
+    "--plan --world-size 0": ("--plan --dims llama-3.1-8b --world-size 0", "--world-size must be >= 1"),
+    "--plan --gpu-memory inf": ("--plan --dims llama-3.1-8b --gpu-memory inf",
+                                "--gpu-memory must be a finite number of GB > 0"),
+    "--plan --device tpu": ("--plan --dims llama-3.1-8b --device tpu", "unknown --device 'tpu'"),
+    "--plan --lora-rank 0": ("--plan --dims llama-3.1-8b --lora-rank 0", "--lora-rank must be >= 1"),
+    "--plan --dims and --base": ("--plan --dims llama-3.1-8b --base {broken_model}", "give --dims or --base, not both"),
+    "--plan, a batch the world size does not divide": ("--plan --dims llama-3.1-8b --world-size 3 --global-batch-size 4",
+                                                       "is not divisible by 3 rank(s)"),
+    "--plan --threads": ("--plan --dims llama-3.1-8b --threads 1", "--plan only plans: drop --threads"),
+    "a line both chat and prompt/completion": ("--data {both} --out {root}/m",
+                                               "both.jsonl:1: holds both 'messages' and 'prompt'/'completion'"),
+}
+
+
+@pytest.mark.parametrize("case", list(TRAIN_AUDIT))
+def test_train_audit_refused_in_one_line(case, train_audit, tmp_path):
+    argv, expected = TRAIN_AUDIT[case]
+    names = {k: str(v) for k, v in train_audit.items()}
+    folders = [p for p in train_audit.values() if p.is_dir() and p != train_audit["root"]]
+    before = {p: snapshot(p) for p in folders}
+    proc = sbd("train", *argv.format(**names).split(), cwd=tmp_path)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1 and err[0].startswith("error: "), proc.stderr[-3000:]
+    assert expected.format(**names) in err[0], err[0]
+    assert {p: snapshot(p) for p in folders} == before and not list(tmp_path.iterdir())
+    assert not (train_audit["root"] / "m").exists() and not (train_audit["root"] / "e").exists()
+
+
+def test_export_to_an_earlier_export_of_the_same_weights_is_allowed(train_audit, tmp_path):
+    """--export-to may replace an export whose history (training_stages.jsonl) begins the run's: an
+    earlier export of this run, or of its --base; not another run's."""
+    from sbd_bench.training.checkpoint import STAGES_FILE, check_export_folder
+    from sbd_bench.training.config import TrainError
+
+    run = train_audit["batch2"]
+    stages = (run / STAGES_FILE).read_text()
+    for name, history in (("earlier", stages), ("base", stages.splitlines(keepends=True)[0]), ("other", "{}\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(b"weights")
+        (tmp_path / name / STAGES_FILE).write_text(history)
+    check_export_folder(run, tmp_path / "earlier")
+    check_export_folder(run, tmp_path / "base")
+    check_export_folder(run, run)  # the run's own folder (the default --export-to)
+    check_export_folder(run, tmp_path / "new")
+    with pytest.raises(TrainError, match="the export of another training run"):
+        check_export_folder(run, tmp_path / "other")
+
+
+def limited_file_size(limit: int):
+    """preexec_fn: files of this process may not grow past ``limit`` bytes (EFBIG, as on a full disk)."""
+    def apply():
+        import resource
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing the process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_train_out_of_room_for_a_checkpoint_is_one_line(tmp_path):
+    """The sharded checkpoint cannot be written (the disk is full): one line, exit 2, no traceback from
+    torch.distributed.checkpoint, no checkpoint.tmp left behind, and the earlier checkpoint kept."""
+    from sbd_bench.training.checkpoint import latest, read_meta
+
+    first = train_process(tmp_path / "o", "--steps", "2", "--stop-at", "1", cwd=tmp_path, stderr=subprocess.PIPE)
+    _, first_err = first.communicate(timeout=300)
+    assert first.returncode == 0, first_err[-3000:]
+    # a limit on each file's size (RLIMIT_FSIZE) fails the shards' writes as a full disk does
+    proc = train_process(tmp_path / "o", "--steps", "2", "--resume", cwd=tmp_path, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, preexec_fn=limited_file_size(20_000))
+    _, err = proc.communicate(timeout=300)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in err, err[-3000:]
+    assert f"cannot write the checkpoint of step 2 in {tmp_path / 'o'}: File too large" in errors[0], errors[0]
+    assert "the step-1 checkpoint is kept" in errors[0], errors[0]
+    assert not (tmp_path / "o" / "checkpoint.tmp").exists()
+    assert read_meta(latest(tmp_path / "o"))["step"] == 1
+
+
+def test_train_base_refused_for_its_tokenizer_says_one_line(train_audit, tmp_path):
+    """--base: a refusal that needs the tokenizer (a chat line, a tokenizer without a chat template)
+    comes before the weights load: it is the only line on stderr (no 'Loading weights' bar)."""
+    proc = sbd("train", "--base", ROOT / "models" / "sbd-tiny", "--data", train_audit["chat"], "--threads", "1",
+               "--out", tmp_path / "o", cwd=tmp_path)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1 and "chat template" in err[0], proc.stderr[-3000:]
+    assert not (tmp_path / "o").exists()
+
+
+def torchrun(*flags: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "sbd_bench", "train", *flags], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_torchrun_ranks_say_one_line(train_inputs, train_audit, tmp_path):
+    """Under torchrun with 2 ranks: a bad data line (read by rank 0 alone) is one `error:` line, with no
+    traceback from the rank that waited for it; --plan prints its plan once; --export is written once.
+    (torchrun itself then reports the failed rank in its own words.)"""
+    bad = torchrun(*TRAIN_TINY[2:], "--data", str(train_audit["both"]), "--out", str(tmp_path / "o"), cwd=tmp_path)
+    errors = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
+    assert bad.returncode != 0 and len(errors) == 1 and "holds both 'messages'" in errors[0], bad.stderr[-3000:]
+    assert "[rank1]" not in bad.stderr and "[rank0]" not in bad.stderr, bad.stderr[-3000:]
+    assert not (tmp_path / "o").exists()
+    plan = torchrun("--plan", "--dims", "llama-3.1-8b", cwd=tmp_path)
+    assert plan.returncode == 0 and plan.stderr.count("plan: llama-3.1-8b") == 1, plan.stderr[-3000:]
+    assert len(plan.stdout.strip().splitlines()) == 1
+    export = torchrun("--export", "--out", str(train_inputs["batch2"]), "--export-to", str(tmp_path / "e"), cwd=tmp_path)
+    assert export.returncode == 0 and export.stderr.count("exported the step-2 checkpoint") == 1, export.stderr[-3000:]
+    assert len(export.stdout.strip().splitlines()) == 1 and (tmp_path / "e" / "model.safetensors").is_file()

@@ -51,6 +51,7 @@ def save(model, optimizer, tokenizer, meta: dict, out: Path, par) -> None:
     """Every rank writes its shards; rank 0 writes the config and tokenizer and swaps the folder in."""
     import torch
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     from .parallel import unwrapped
 
@@ -59,15 +60,24 @@ def save(model, optimizer, tokenizer, meta: dict, out: Path, par) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     par.barrier()
-    with _one_process_ok():
-        dcp.save(_state(model, optimizer), checkpoint_id=tmp, no_dist=not par.distributed)
-    rng = {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(par.device) if par.device.type == "cuda" else None}
-    torch.save({"meta": meta, "rng": rng}, tmp / f"rank{par.rank}.pt")
-    if par.main:
-        config = _base_model(unwrapped(model)).config
-        config.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    par.barrier()
+    failure = None
+    try:
+        with _one_process_ok():
+            dcp.save(_state(model, optimizer), checkpoint_id=tmp, no_dist=not par.distributed)
+        rng = {"cpu": torch.get_rng_state(),
+               "cuda": torch.cuda.get_rng_state(par.device) if par.device.type == "cuda" else None}
+        torch.save({"meta": meta, "rng": rng}, tmp / f"rank{par.rank}.pt")
+        if par.main:
+            config = _base_model(unwrapped(model)).config
+            config.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+    except (OSError, RuntimeError, CheckpointException) as exc:  # a full disk, a quota, a file size limit
+        failure = _write_failure(exc)
+    failures = [f for f in par.gather(failure) if f]  # every rank learns whether all of them wrote
+    if failures:
+        if par.main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointWriteError(f"cannot write the checkpoint of step {meta['step']} in {out}: {failures[0]}")
     if par.main:
         if final.exists():
             shutil.rmtree(old, ignore_errors=True)
@@ -75,6 +85,26 @@ def save(model, optimizer, tokenizer, meta: dict, out: Path, par) -> None:
         tmp.rename(final)
         shutil.rmtree(old, ignore_errors=True)
     par.barrier()
+
+
+class CheckpointWriteError(TrainError):
+    """A checkpoint could not be written (its partial folder is removed; the previous one is kept)."""
+
+
+def _write_failure(exc: BaseException) -> str:
+    """The cause of a failed save in words (an OSError's strerror; DCP wraps each rank's in a
+    CheckpointException whose text is a traceback)."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    if isinstance(exc, CheckpointException):
+        exc = next(iter(exc.failures.values()))[0]
+    seen = set()
+    while exc is not None and not isinstance(exc, OSError) and id(exc) not in seen:  # the OSError under a wrapper
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    return str(exc).splitlines()[0][:200] if exc is not None else "unknown error"
 
 
 def load(model, optimizer, checkpoint: Path, par) -> dict:
@@ -145,6 +175,31 @@ def _quiet_saves() -> None:
     from transformers.utils import logging
 
     logging.disable_progress_bar()
+
+
+def check_export_folder(out: Path, dest: Path) -> None:
+    """``--export-to DEST``, before anything loads: a folder that can be written and holds nothing the
+    export would overwrite or mix with, unless it is an earlier export of these weights (its
+    training_stages.jsonl the start of OUT's: this run's, or its --base's) or OUT itself."""
+    from ..analysis.records import free_path, prepare_output_folder
+
+    prepare_output_folder(dest, "--export-to", keep=False)  # a file, under a file, unwritable: one line each
+    if not dest.is_dir() or dest.resolve() == out.resolve():
+        return
+    held = sorted(p.name for p in dest.iterdir())
+    if not held:
+        return
+    history = out / STAGES_FILE
+    theirs = dest / STAGES_FILE
+    if history.is_file() and theirs.is_file():
+        mine, earlier = history.read_bytes().splitlines(), theirs.read_bytes().splitlines()
+        if earlier and mine[:len(earlier)] == earlier:
+            return
+    shown = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
+    whose = (f"the export of another training run (its {STAGES_FILE} is not the start of {out}'s)" if theirs.is_file()
+             else "not an export of sbd_bench's")
+    raise TrainError(f"--export-to {dest} holds {shown}, which are {whose}: the export would overwrite or mix with "
+                     f"them; give an empty or new folder, e.g. --export-to {free_path(dest)}")
 
 
 def export_checkpoint(out: Path, dest: Path, log=print) -> Path:

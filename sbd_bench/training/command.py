@@ -7,16 +7,18 @@ is JSON). Bad input is refused in one line before any model loads; under torchru
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
 import shlex
 import signal
 import sys
+import time
 from pathlib import Path
 
 from ..types import UsageError
-from .config import STRATEGIES, TrainConfig, TrainError, torchrun_world
+from .config import STRATEGIES, RefusalSaid, TrainConfig, TrainError, torchrun_world
 
 
 def add_cli(subparsers) -> None:
@@ -87,6 +89,59 @@ def add_cli(subparsers) -> None:
     p.set_defaults(func=cmd_train)
 
 
+# What each mode of `train` reads; an option typed for a mode that would ignore it is refused, named.
+MODEL_OPTIONS = {"base", "hidden_size", "layers", "heads", "intermediate_size", "max_positions"}
+PLAN_ONLY = {"plan", "dims", "world_size", "seq_len", "gpu_memory"}
+MODES = {  # mode: (the options it reads, what the mode does (the refusal's reason))
+    "plan": (PLAN_ONLY | MODEL_OPTIONS | {"batch_size", "global_batch_size", "grad_accum", "strategy", "objective",
+                                          "activation_checkpointing", "lora_rank", "device"}, "--plan only plans"),
+    "export": ({"export", "out", "export_to", "threads"}, "--export writes the model of the checkpoint in --out"),
+    "measure_throughput": (MODEL_OPTIONS | {"measure_throughput", "data", "batch_size", "global_batch_size",
+                                            "grad_accum", "strategy", "activation_checkpointing", "lora_rank", "lr",
+                                            "min_block_size", "block_size", "seed", "train_examples", "log_every",
+                                            "device", "threads"}, "--measure-throughput measures and saves nothing"),
+}
+
+
+def option(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def typed_options(argv: list[str]) -> set[str]:
+    """The destinations of the options typed in ``argv`` (``train ...``, abbreviated or not, whatever
+    their value): a second parse of them in which every default is a marker."""
+    parser = argparse.ArgumentParser(add_help=False)
+    sub = parser.add_subparsers(dest="command")
+    add_cli(sub)
+    train = sub.choices["train"]
+    marker = type("Unset", (list,), {})()
+    train.set_defaults(**{action.dest: marker for action in train._actions})
+    again = parser.parse_args(argv)
+    return {dest for dest, value in vars(again).items() if value is not marker and dest not in ("command", "func")}
+
+
+def check_mode_options(typed: set[str]) -> None:
+    """Each mode reads its own options: one typed for another mode would be ignored; refused, named."""
+    mode = next((m for m in MODES if m in typed), None)
+    if mode is not None:
+        reads, what = MODES[mode]
+        ignored = sorted(option(dest) for dest in typed - reads)
+        if ignored:
+            raise TrainError(f"{what}: drop {', '.join(ignored)}")
+        return
+    owners = {"--plan": sorted(typed & (PLAN_ONLY - {"plan"})), "--export": sorted(typed & {"export_to"})}
+    owners = {mode: dests for mode, dests in owners.items() if dests}
+    if owners:
+        parts = [f"{', '.join(map(option, dests))} {'goes' if len(dests) == 1 else 'go'} with {mode}"
+                 for mode, dests in owners.items()]
+        one = sum(map(len, owners.values())) == 1
+        raise TrainError(f"{'; '.join(parts)}: training would ignore {'it' if one else 'them'}; add "
+                         f"{' or '.join(owners)}, or drop {'it' if one else 'them'}")
+    if {"global_batch_size", "batch_size"} <= typed:
+        raise TrainError("give --global-batch-size or --batch-size, not both: --batch-size is set to the global batch "
+                         "/ ranks / --grad-accum")
+
+
 def _config(args) -> TrainConfig:
     launched = torchrun_world()
     keys = set(TrainConfig.__dataclass_fields__) - {"command", "out", "world_size"}
@@ -116,27 +171,44 @@ def cmd_train(args) -> int:
     launched = torchrun_world()
     try:
         return _cmd_train(args)
-    except UsageError:
+    except UsageError as exc:
         if launched and launched[0] != 0:
-            return 2  # rank 0 prints the one line
+            if not isinstance(exc, RefusalSaid):
+                # every rank refuses alike and rank 0 prints the line; torchrun stops the other ranks as soon
+                # as one exits, so this one gives rank 0 the time to print it (and is stopped meanwhile)
+                time.sleep(10)
+            return 2
+        if isinstance(exc, RefusalSaid):
+            return 2  # printed already
         raise
 
 
 def _cmd_train(args) -> int:
     from .plan import cmd_plan
 
+    typed = typed_options(args.argv) if hasattr(args, "argv") else set()
+    check_mode_options(typed)
+    launched = torchrun_world()
     if args.plan:
-        return cmd_plan(args)
+        return cmd_plan(args, quiet=bool(launched and launched[0] != 0))
     if args.export:
         if not args.out:
             raise TrainError("--export needs --out: the folder of the train run whose checkpoint to export")
-        from .checkpoint import export_checkpoint
+        from .checkpoint import check_export_folder, export_checkpoint
 
-        dest = export_checkpoint(Path(args.out), Path(args.export_to or args.out), log=say)
+        dest = Path(args.export_to or args.out)
+        check_export_folder(Path(args.out), dest)
+        if launched and launched[0] != 0:
+            return 0  # one process writes the folder (rank 0)
+        if args.threads:
+            if args.threads < 1:
+                raise TrainError(f"--threads must be >= 1 (got {args.threads}); leave it out for torch's default")
+            import torch
+
+            torch.set_num_threads(args.threads)
+        export_checkpoint(Path(args.out), dest, log=say)
         _stdout({"exported": str(dest)})
         return 0
-    if args.export_to:
-        raise TrainError("--export-to goes with --export")
     cfg = _config(args)
     if args.measure_throughput is not None:
         if args.measure_throughput < 1:

@@ -12,10 +12,16 @@ from dataclasses import dataclass
 from ..types import UsageError
 
 STRATEGIES = ("single", "fsdp", "ddp")
+LARGEST = 2**31 - 1  # an integer setting past this is a typo (steps, sizes, counts): torch's int32 index range
 
 
 class TrainError(UsageError):
     """Bad training input; the message names the problem and the fix."""
+
+
+class RefusalSaid(TrainError):
+    """A refusal rank 0 has printed already (before the other ranks were told, so that torchrun,
+    which stops every rank once one exits, cannot cut it off): exit status 2, nothing more to say."""
 
 
 def torchrun_world() -> tuple[int, int, int] | None:
@@ -62,6 +68,9 @@ class TrainConfig:
     command: str = ""
 
     def __post_init__(self):
+        for name, value in vars(self).items():
+            if isinstance(value, int) and not isinstance(value, bool) and abs(value) > LARGEST:
+                raise TrainError(f"--{name.replace('_', '-')} {value} is out of range (at most {LARGEST:,})")
         if self.objective not in ("sbd", "ntp"):
             raise TrainError(f"--objective must be sbd or ntp (got {self.objective!r})")
         if not 2 <= self.min_block_size <= self.block_size:
@@ -108,8 +117,14 @@ class TrainConfig:
         per_step = self.world_size * self.grad_accum
         if self.global_batch_size is None:
             self.global_batch_size = self.batch_size * per_step
+            if self.global_batch_size > LARGEST:
+                raise TrainError(f"the global batch --batch-size {self.batch_size} x {self.world_size} rank(s) x "
+                                 f"--grad-accum {self.grad_accum} = {self.global_batch_size:,} is out of range (at "
+                                 f"most {LARGEST:,})")
             return
-        if self.global_batch_size < 1 or self.global_batch_size % per_step:
+        if self.global_batch_size < 1:
+            raise TrainError(f"--global-batch-size must be >= 1 (got {self.global_batch_size})")
+        if self.global_batch_size % per_step:
             raise TrainError(
                 f"--global-batch-size {self.global_batch_size} is not divisible by {self.world_size} rank(s) x "
                 f"--grad-accum {self.grad_accum} = {per_step}: each rank takes an equal slice of every micro-batch; "

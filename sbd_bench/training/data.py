@@ -125,6 +125,11 @@ def _tokenize_file(path: Path, tokenizer) -> tuple[Pairs, dict]:
     eos = tokenizer.eos_token_id
     pairs, lines, texts = [], [], []
     for number, row in iter_jsonl(path, TrainError):
+        both = [name for name in ("prompt", "completion") if name in row]
+        if "messages" in row and both:
+            raise TrainError(f"{path}:{number}: holds both 'messages' and 'prompt'/'completion', two examples in one "
+                             f"line: keep 'messages' (a chat) or {' and '.join(repr(n) for n in both)}, and put the "
+                             f"other on a line of its own")
         if "messages" in row:
             turns = chat_pairs(row["messages"], tokenizer, f"{path}:{number}")
             texts.extend(str(m.get("content", "")) for m in row["messages"])

@@ -23,39 +23,23 @@ def check_peft(cfg: TrainConfig) -> None:
                          "peft); without --lora-rank every weight trains") from None
 
 
-def build_model(cfg: TrainConfig, source: Path | None, from_checkpoint: bool = False):
-    """(model, tokenizer) in fp32 on the CPU. ``from_checkpoint``: ``source`` is a checkpoint folder
-    (config and tokenizer only; the weights come from its shards)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+def build_tokenizer(cfg: TrainConfig, source: Path | None, from_checkpoint: bool = False):
+    """(tokenizer with a mask, pad and EOS token, whether tokens were added): what ``build_model``
+    gives, without loading any weights (the data is checked with it first)."""
+    from transformers import AutoTokenizer
 
     from ..core.model import MASK_TOKEN
     from .tokenizer import char_tokenizer
 
-    torch.manual_seed(cfg.seed)
-    if from_checkpoint:
-        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
-        config = AutoConfig.from_pretrained(source, local_files_only=True)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
-    elif source is None:
+    if source is None:
         tokenizer = char_tokenizer()
-        config = LlamaConfig(
-            vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-            num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
-            max_position_embeddings=cfg.max_positions, tie_word_embeddings=True,
-            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        model = LlamaForCausalLM(config)
     else:
-        if not (source / "config.json").exists():
+        if not from_checkpoint and not (source / "config.json").exists():
             raise TrainError(f"--base {source} has no config.json: give a local Hugging Face model folder")
         try:
             tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
-            model = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=torch.float32,
-                                                         attn_implementation="sdpa")
         except Exception as exc:
-            raise TrainError(f"cannot load the model in {source}: {str(exc).splitlines()[0][:200]}; "
+            raise TrainError(f"cannot load the tokenizer in {source}: {str(exc).splitlines()[0][:200]}; "
                              f"give a local Hugging Face folder with config, weights and tokenizer") from exc
     added = {}
     if tokenizer.mask_token is None:
@@ -66,6 +50,38 @@ def build_model(cfg: TrainConfig, source: Path | None, from_checkpoint: bool = F
         raise TrainError(f"the tokenizer in {source} has no EOS token: completions must end with one")
     if added:
         tokenizer.add_special_tokens(added)
+    return tokenizer, bool(added)
+
+
+def build_model(cfg: TrainConfig, source: Path | None, from_checkpoint: bool = False):
+    """(model, tokenizer) in fp32 on the CPU. ``from_checkpoint``: ``source`` is a checkpoint folder
+    (config and tokenizer only; the weights come from its shards)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(cfg.seed)
+    tokenizer, added = build_tokenizer(cfg, source, from_checkpoint)
+    if from_checkpoint:
+        config = AutoConfig.from_pretrained(source, local_files_only=True)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
+    elif source is None:
+        config = LlamaConfig(
+            vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+            num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
+            max_position_embeddings=cfg.max_positions, tie_word_embeddings=True,
+            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        model = LlamaForCausalLM(config)
+        added = False  # built for the tokenizer's size
+    else:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=torch.float32,
+                                                         attn_implementation="sdpa")
+        except Exception as exc:
+            raise TrainError(f"cannot load the model in {source}: {str(exc).splitlines()[0][:200]}; "
+                             f"give a local Hugging Face folder with config, weights and tokenizer") from exc
+    if added:
         model.resize_token_embeddings(len(tokenizer))
     model.config.mask_token_id = tokenizer.mask_token_id
     model.config.pad_token_id = tokenizer.pad_token_id

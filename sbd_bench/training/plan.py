@@ -132,17 +132,32 @@ def plan(model, world: int, strategy: str, batch_size: int, seq_len: int, object
                 optimizer / GB, activations / GB, gpu_memory)
 
 
-def cmd_plan(args) -> int:
-    from .config import torchrun_world
+def cmd_plan(args, quiet: bool = False) -> int:
+    """Print the plan (``quiet``: check the options only; torchrun's ranks > 0 leave the printing to rank 0)."""
+    import re
+
+    from .config import LARGEST, TrainConfig, torchrun_world
 
     launched = torchrun_world()
-    world = args.world_size or (launched[2] if launched else 1)
-    if world < 1 or args.seq_len < 1 or not args.gpu_memory > 0:
-        raise TrainError("--world-size, --seq-len and --gpu-memory must be > 0")
-    strategy = args.strategy or ("fsdp" if world > 1 else "single")
-    if strategy == "single" and world > 1:
+    world = args.world_size if args.world_size is not None else (launched[2] if launched else 1)
+    for flag, value in (("--world-size", world), ("--seq-len", args.seq_len)):
+        if not 1 <= value <= LARGEST:
+            raise TrainError(f"{flag} must be >= 1 (got {value})" if value < 1 else f"{flag} {value} is out of range")
+    if not (math.isfinite(args.gpu_memory) and args.gpu_memory > 0):
+        raise TrainError(f"--gpu-memory must be a finite number of GB > 0 (got {args.gpu_memory:g}), e.g. 80 (H100) "
+                         f"or 141 (H200)")
+    if args.device is not None and not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", args.device):
+        raise TrainError(f"unknown --device {args.device!r}: use auto, cpu, cuda or cuda:N")
+    if args.dims and args.base:
+        raise TrainError("give --dims or --base, not both: --dims plans a preset's dimensions, --base a model folder")
+    if (args.strategy or "") == "single" and world > 1:
         raise TrainError("--strategy single plans one GPU: leave out --world-size, or plan fsdp or ddp")
-    batch = args.batch_size
+    # the settings a run would have on `world` ranks (batch, LoRA, dimensions), checked as train checks them
+    cfg = TrainConfig(out="", world_size=world, base=args.base, objective=args.objective, batch_size=args.batch_size,
+                      global_batch_size=args.global_batch_size, grad_accum=args.grad_accum, strategy=args.strategy,
+                      lora_rank=args.lora_rank, hidden_size=args.hidden_size, layers=args.layers, heads=args.heads,
+                      intermediate_size=args.intermediate_size, max_positions=args.max_positions)
+    strategy, batch = cfg.strategy, cfg.batch_size
     if args.dims:
         config = preset_config(args.dims)
         name = args.dims
@@ -163,9 +178,8 @@ def cmd_plan(args) -> int:
     trained = None
     if args.lora_rank:
         from .model import check_peft, with_lora
-        from .config import TrainConfig
 
-        check_peft(TrainConfig(out="", lora_rank=args.lora_rank))
+        check_peft(cfg)
         model = with_lora(model, args.lora_rank, 0)
         trained = [n for n, p in model.named_parameters() if p.requires_grad]
     cuda = args.device is None or args.device.startswith(("cuda", "auto"))
@@ -175,6 +189,8 @@ def cmd_plan(args) -> int:
     def count(n: int) -> str:
         return f"{n / 1e9:.3f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
 
+    if quiet:
+        return 0
     unit = "GPU" if cuda else "process"
     print(f"plan: {name}, {count(result.parameters)} parameters ({count(result.trained)} trained), {strategy} on "
           f"{world} {unit}(s), batch {batch} x {args.seq_len} tokens per {unit} ({args.objective}{ac}), "

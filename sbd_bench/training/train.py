@@ -17,12 +17,13 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from .checkpoint import CHECKPOINT_DIR, LEGACY_STATE_FILE, LOG_FILE, STAGES_FILE
-from .config import TrainConfig, TrainError
+from .config import RefusalSaid, TrainConfig, TrainError
 from .objective import Batch, losses, make_batch
 
 ARGS_FILE = "training_args.json"
@@ -152,20 +153,41 @@ def prepare(cfg: TrainConfig, par, source: Path | None, from_checkpoint: bool, o
     from .data import fit_to_context, training_groups
     from .parallel import wrap
 
-    model, tokenizer = build_on_ranks(cfg, par, source, from_checkpoint)
-    max_positions = getattr(model.config, "max_position_embeddings", None)
+    from .model import build_tokenizer
+
     from_file = Path(cfg.data).suffix in (".jsonl", ".gz") or Path(cfg.data).is_file()
     warn = log if par.main else (lambda line: None)
-    if from_file and par.world > 1 and not par.main:
-        par.barrier()  # rank 0 tokenises the file and caches it; the others read the cache
-    groups = training_groups(cfg.data, tokenizer, cfg.train_examples, cfg.seed, cache_dir=out, warn=warn)
-    if from_file and par.world > 1 and par.main:
-        par.barrier()
+    groups = None
+    if from_file:  # rank 0 reads, checks and caches the file before any weights load; the others wait
+        groups = main_first(par, lambda: training_groups(cfg.data, build_tokenizer(cfg, source, from_checkpoint)[0],
+                                                         cfg.train_examples, cfg.seed, cache_dir=out, warn=warn))
+    model, tokenizer = build_on_ranks(cfg, par, source, from_checkpoint)
+    if groups is None:  # the other ranks read rank 0's cache; built-in tasks are drawn by every rank alike
+        groups = training_groups(cfg.data, tokenizer, cfg.train_examples, cfg.seed, cache_dir=out, warn=warn)
+    max_positions = getattr(model.config, "max_position_embeddings", None)
     groups = fit_to_context(groups, cfg.block_size, max_positions, from_file, warn)
     model = wrap(model.train(), cfg, par)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
                                   weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     return model, tokenizer, optimizer, groups
+
+
+def main_first(par, work):
+    """``work()`` on rank 0 while the other ranks wait (they get None). A refusal there ends every rank:
+    rank 0 says it, the others leave quietly with it (no rank is left waiting to time out)."""
+    result, refusal = None, None
+    if par.main:
+        try:
+            result = work()
+        except TrainError as exc:
+            if par.world == 1:
+                raise
+            refusal = exc
+            print(f"error: {exc}", file=sys.stderr, flush=True)  # before the others may exit (cli.main's line)
+    said = par.broadcast(str(refusal) if refusal is not None else None) if par.world > 1 else None
+    if said is not None:
+        raise RefusalSaid(said)
+    return result
 
 
 def build_on_ranks(cfg: TrainConfig, par, source: Path | None, from_checkpoint: bool = False):
@@ -180,7 +202,7 @@ def build_on_ranks(cfg: TrainConfig, par, source: Path | None, from_checkpoint: 
 
     if par.world == 1 or cfg.lora_rank:
         return build_model(cfg, source, from_checkpoint)
-    model, tokenizer = build_model(cfg, source, from_checkpoint) if par.main else (None, None)
+    model, tokenizer = main_first(par, lambda: build_model(cfg, source, from_checkpoint)) or (None, None)
     config, tokenizer = par.broadcast((model.config, tokenizer) if par.main else None)
     if not par.main:
         with torch.device("meta"):
@@ -205,6 +227,14 @@ def check_resume(cfg: TrainConfig, out: Path) -> tuple[Path, dict]:
                          f"({meta['world_size']} rank(s) x {meta['batch_size']} x {meta['grad_accum']} accumulation), "
                          f"this run would use {cfg.global_batch_size} ({world} x {cfg.batch_size} x {accum}): pass "
                          f"--global-batch-size {meta['global_batch_size']} to continue it (any world size reshards)")
+    if meta["step"] >= cfg.steps:
+        where = "the end" if meta["step"] == cfg.steps else "past the end"
+        raise TrainError(f"--resume: the checkpoint in {out} is at step {meta['step']}, {where} of --steps {cfg.steps}: "
+                         f"nothing to train; raise --steps to train on, or write its model with train --export --out "
+                         f"{out}")
+    if cfg.stop_at is not None and cfg.stop_at <= meta["step"]:
+        raise TrainError(f"--resume: the checkpoint in {out} is at step {meta['step']}: --stop-at {cfg.stop_at} is not "
+                         f"after it; give a later step, or leave --stop-at out")
     if bool(meta["config"].get("lora_rank")) != bool(cfg.lora_rank) or meta["config"]["objective"] != cfg.objective:
         raise TrainError(f"--resume: the checkpoint in {out} trained with --objective {meta['config']['objective']} "
                          f"and --lora-rank {meta['config'].get('lora_rank')}: resume it with the same ones")
@@ -272,7 +302,12 @@ def _train(cfg: TrainConfig, par, out: Path, base: Path | None, resume_from: Pat
             if done % cfg.save_every == 0 or done == last:
                 meta = {"step": done, "world_size": par.world, "strategy": par.strategy, "batch_size": cfg.batch_size,
                         "grad_accum": cfg.grad_accum, "global_batch_size": cfg.global_batch_size, "config": asdict(cfg)}
-                ckpt.save(model, optimizer, tokenizer, meta, out, par)
+                try:
+                    ckpt.save(model, optimizer, tokenizer, meta, out, par)
+                except ckpt.CheckpointWriteError as exc:
+                    kept = (f"the step-{saved} checkpoint is kept: free some space, then continue with --resume"
+                            if saved else "no checkpoint was saved: free some space and start again")
+                    raise ckpt.CheckpointWriteError(f"{exc}; {kept}") from None
                 saved = done
                 log(f"checkpoint: step {done} saved in {out / CHECKPOINT_DIR}")
     if last < cfg.steps:

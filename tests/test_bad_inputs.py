@@ -795,13 +795,16 @@ def test_train_out_of_room_for_a_checkpoint_is_one_line(tmp_path):
 
 
 def test_train_base_refused_for_its_tokenizer_says_one_line(train_audit, tmp_path):
-    """--base: a refusal that needs the tokenizer (a chat line, a tokenizer without a chat template)
-    comes before the weights load: it is the only line on stderr (no 'Loading weights' bar)."""
-    proc = sbd("train", "--base", ROOT / "models" / "sbd-tiny", "--data", train_audit["chat"], "--threads", "1",
-               "--out", tmp_path / "o", cwd=tmp_path)
-    err = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(err) == 1 and "chat template" in err[0], proc.stderr[-3000:]
-    assert not (tmp_path / "o").exists()
+    """--base: a refusal that needs the tokenizer or the config (a chat line and a tokenizer without a chat
+    template; a block larger than the model's positions) comes before the weights load: it is the only
+    line on stderr (no 'Loading weights' bar)."""
+    for flags, expected in ((["--data", train_audit["chat"]], "chat template"),
+                            (["--data", "reverse", "--block-size", "200"], "max_position_embeddings=128")):
+        proc = sbd("train", "--base", ROOT / "models" / "sbd-tiny", *flags, "--threads", "1", "--out", tmp_path / "o",
+                   cwd=tmp_path)
+        err = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(err) == 1 and expected in err[0], proc.stderr[-3000:]
+        assert not (tmp_path / "o").exists()
 
 
 def torchrun(*flags: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -53,6 +53,20 @@ def build_tokenizer(cfg: TrainConfig, source: Path | None, from_checkpoint: bool
     return tokenizer, bool(added)
 
 
+def context_length(cfg: TrainConfig, source: Path | None) -> int | None:
+    """The model's max_position_embeddings, from its config alone (no weights load)."""
+    if source is None:
+        return cfg.max_positions
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(source, local_files_only=True)
+    except Exception as exc:
+        raise TrainError(f"cannot load the model in {source}: {str(exc).splitlines()[0][:200]}; "
+                         f"give a local Hugging Face folder with config, weights and tokenizer") from exc
+    return getattr(config, "max_position_embeddings", None)
+
+
 def build_model(cfg: TrainConfig, source: Path | None, from_checkpoint: bool = False):
     """(model, tokenizer) in fp32 on the CPU. ``from_checkpoint``: ``source`` is a checkpoint folder
     (config and tokenizer only; the weights come from its shards)."""

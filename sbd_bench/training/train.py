@@ -153,19 +153,21 @@ def prepare(cfg: TrainConfig, par, source: Path | None, from_checkpoint: bool, o
     from .data import fit_to_context, training_groups
     from .parallel import wrap
 
-    from .model import build_tokenizer
+    from .model import build_tokenizer, context_length
 
     from_file = Path(cfg.data).suffix in (".jsonl", ".gz") or Path(cfg.data).is_file()
     warn = log if par.main else (lambda line: None)
-    groups = None
-    if from_file:  # rank 0 reads, checks and caches the file before any weights load; the others wait
-        groups = main_first(par, lambda: training_groups(cfg.data, build_tokenizer(cfg, source, from_checkpoint)[0],
-                                                         cfg.train_examples, cfg.seed, cache_dir=out, warn=warn))
-    model, tokenizer = build_on_ranks(cfg, par, source, from_checkpoint)
-    if groups is None:  # the other ranks read rank 0's cache; built-in tasks are drawn by every rank alike
+
+    def read_data(tokenizer):
         groups = training_groups(cfg.data, tokenizer, cfg.train_examples, cfg.seed, cache_dir=out, warn=warn)
-    max_positions = getattr(model.config, "max_position_embeddings", None)
-    groups = fit_to_context(groups, cfg.block_size, max_positions, from_file, warn)
+        return fit_to_context(groups, cfg.block_size, context_length(cfg, source), from_file, warn)
+
+    # rank 0 reads, checks (and caches) the data with the tokenizer before any weights load, the others wait:
+    # a bad line or block size is refused before minutes of loading, in one line
+    groups = main_first(par, lambda: read_data(build_tokenizer(cfg, source, from_checkpoint)[0]))
+    model, tokenizer = build_on_ranks(cfg, par, source, from_checkpoint)
+    if groups is None:  # the other ranks: rank 0's cache of a file; built-in tasks drawn alike
+        groups = read_data(tokenizer)
     model = wrap(model.train(), cfg, par)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
                                   weight_decay=cfg.weight_decay, betas=(0.9, 0.95))

@@ -1,5 +1,7 @@
 """The ``train`` subcommand: its options, and what it prints (log lines on stderr; the last stdout line
 is JSON). Bad input is refused in one line before any model loads; under torchrun rank 0 says it.
+Each mode (training, --plan, --export, --measure-throughput) reads its own options: one typed for
+another mode, which it would ignore, is refused by name (``MODES``).
 
     python -m sbd_bench train --out ft --base M --data d.jsonl           # train, export to ft
     python -m sbd_bench train --plan --base M --world-size 8 --batch-size 4 --seq-len 2048
@@ -70,7 +72,9 @@ def add_cli(subparsers) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace the checkpoint in --out")
     p.add_argument("--export", action="store_true",
                    help="instead of training: write the HF model of the checkpoint in --out (to --export-to)")
-    p.add_argument("--export-to", default=None, metavar="DIR", help="with --export: the folder to write (default --out)")
+    p.add_argument("--export-to", default=None, metavar="DIR",
+                   help="with --export: the folder to write (default --out); refused if it holds files that are not an "
+                        "earlier export of the same weights")
     p.add_argument("--device", default=None,
                    help=f"cpu|cuda[:N]|auto (default {d.device}; CUDA: bf16 compute, fp32 master weights; --plan "
                         f"assumes CUDA unless --device cpu)")

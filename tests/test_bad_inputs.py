@@ -763,17 +763,6 @@ def test_export_to_an_earlier_export_of_the_same_weights_is_allowed(train_audit,
         check_export_folder(run, tmp_path / "other")
 
 
-def limited_file_size(limit: int):
-    """preexec_fn: files of this process may not grow past ``limit`` bytes (EFBIG, as on a full disk)."""
-    def apply():
-        import resource
-        import signal
-
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing the process
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    return apply
-
-
 def test_train_out_of_room_for_a_checkpoint_is_one_line(tmp_path):
     """The sharded checkpoint cannot be written (the disk is full): one line, exit 2, no traceback from
     torch.distributed.checkpoint, no checkpoint.tmp left behind, and the earlier checkpoint kept."""

@@ -701,6 +701,9 @@ TRAIN_AUDIT = {
     "--export-to someone's model": ("--export --out {batch2} --export-to {theirs}",
                                     "--export-to {theirs} holds config.json, model.safetensors, which are not an "
                                     "export of sbd_bench's"),
+    "--out someone's model, --overwrite": ("--out {theirs} --overwrite",
+                                           "--out {theirs} holds config.json, model.safetensors, which are not a "
+                                           "train run's"),
     "--export-to a file": ("--export --out {batch2} --export-to {a_file}", "--export-to {a_file} is a file, not a folder"),
     "--export-to /proc": ("--export --out {batch2} --export-to /proc/sbd-export",
                           "cannot write to --export-to /proc/sbd-export"),

@@ -254,6 +254,13 @@ def train(cfg: TrainConfig, log=print, par=None) -> Path:
     out = Path(cfg.out)
     check_launch(cfg)
     check_peft(cfg)
+    theirs = [name for name in ("config.json", "model.safetensors") if (out / name).is_file()]
+    if theirs and not any((out / name).exists() for name in (STAGES_FILE, CHECKPOINT_DIR, LEGACY_STATE_FILE)):
+        from ..analysis.records import free_path
+
+        # a model folder no train run wrote (no history, no checkpoint): --overwrite must not replace it either
+        raise TrainError(f"--out {out} holds {', '.join(theirs)}, which are not a train run's (no {STAGES_FILE}): "
+                         f"training would overwrite them; give an empty or new folder, e.g. --out {free_path(out)}")
     if _has_checkpoint(out) and not (cfg.resume or cfg.overwrite):
         raise TrainError(f"{out} already holds a checkpoint: pass --resume to continue it or --overwrite to replace it")
     resume_from = check_resume(cfg, out)[0] if cfg.resume else None

@@ -218,17 +218,20 @@ def load_run(run_dir: Path) -> tuple[dict, list[dict]]:
 
 
 # ------------------------------------------------------------------------------------ output paths
-def prepare_output_folder(path: Path, flag: str = "--out", keep: bool = True) -> list[Path]:
+def prepare_output_folder(path: Path, flag: str = "--out", keep: bool = True, write: bool = True) -> list[Path]:
     """Make sure ``path`` can be written as a folder before any work starts: refuse a file, a path
     under a file, and a place that cannot be written (permissions, a read-only or special file system
     such as /proc), each in one line. Creates what is missing and returns the folders it created; with
-    ``keep=False`` it removes them again (a probe that leaves nothing behind)."""
+    ``keep=False`` it removes them again (a probe that leaves nothing behind); with ``write=False`` it
+    makes and writes nothing (the checks of the path alone: another process probes it)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise RunFolderError(f"{flag} {path} is a file, not a folder: give a folder path")
     existing = next(p for p in (path, *path.parents) if p.exists() or p == Path(p.anchor or "."))
     if not existing.is_dir():
         raise RunFolderError(f"{flag} {path} lies under {existing}, which is a file: give a folder path")
+    if not write:
+        return []
     missing = [p for p in (path, *path.parents) if not p.exists()][::-1]  # outermost first
     created: list[Path] = []
     try:

@@ -23,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .checkpoint import CHECKPOINT_DIR, LEGACY_STATE_FILE, LOG_FILE, STAGES_FILE
-from .config import RefusalSaid, TrainConfig, TrainError
+from .config import RefusalSaid, TrainConfig, TrainError, torchrun_world
 from .objective import Batch, losses, make_batch
 
 ARGS_FILE = "training_args.json"
@@ -267,14 +267,19 @@ def train(cfg: TrainConfig, log=print, par=None) -> Path:
     base = Path(cfg.base) if cfg.base else None
     if base is not None and not base.is_dir():
         raise TrainError(f"--base {base} is not a folder: give a local Hugging Face model folder")
-    prepare_output_folder(out, keep=False)  # a file, a path under a file, no permission: refused before any work
+    # a file, a path under a file, no permission: refused before any work. Under torchrun rank 0 alone makes
+    # and removes the probe folder (two ranks doing it at once left it behind, or failed the other's probe)
+    launched = torchrun_world()
+    prepare_output_folder(out, keep=False, write=not launched or launched[0] == 0)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     par = par or start(cfg)
     if not par.main:
         log = lambda line: None  # noqa: E731 - rank 0 speaks for the run
     try:
-        return _train(cfg, par, out, base, resume_from, log)
+        out = _train(cfg, par, out, base, resume_from, log)
+        par.barrier()  # no rank leaves the group while rank 0 still exports: gloo aborted one at exit 1 time in 10
+        return out
     finally:
         par.close()
 
@@ -455,6 +460,7 @@ def measure_throughput(cfg: TrainConfig, steps: int, log=print, par=None) -> dic
                   "global_batch_size": cfg.global_batch_size, "windows": windows}
         log(f"throughput over {steps} steps: SBD {result['sbd_tokens_per_s']:.0f} tok/s, NTP "
             f"{result['ntp_tokens_per_s']:.0f} tok/s, SBD/NTP = {result['sbd_over_ntp']:.3f}")
+        par.barrier()  # the ranks leave the group together (see train)
         return result
     finally:
         par.close()

@@ -538,6 +538,30 @@ def test_many_processes_share_one_budget():
     assert run_python(PROCESSES, limits=Limits(timeout_s=20, memory_bytes=512 << 20)).passed
 
 
+def test_a_job_whose_child_the_budget_killed_does_not_pass():
+    """The OOM killer may kill a child and leave the parent to exit 0 (the parent of PROCESSES, too, when
+    it picks a child that had already said it held its block: test_many_processes_share_one_budget passed
+    then, 2 runs in 3 on this machine). A job the kernel had to cut down is over its budget: not passed."""
+    needs_budget()
+    source = textwrap.dedent("""
+        import os, time
+        children = []
+        for _ in range(3):  # 3 x 120 MiB, each under the per-process limit, together over the 256 MiB budget
+            pid = os.fork()
+            if pid == 0:
+                block = b"x" * (120 << 20)
+                time.sleep(2)
+                os._exit(0)
+            children.append(pid)
+        for pid in children:
+            os.waitpid(pid, 0)  # one of them was killed: the parent does not look
+        print("the parent is fine")
+    """)
+    out = run_python(source, limits=Limits(timeout_s=20, memory_bytes=256 << 20))
+    assert out.status == "crashed" and "memory budget exceeded" in out.detail, out
+    assert "the parent is fine" in out.stdout  # it did exit 0: only the group's OOM count tells
+
+
 def test_the_group_caps_processes_where_rlimit_nproc_does_not():
     """RLIMIT_NPROC never binds root; the group's pids.max binds every uid. (The program runs as our
     own uid here, root: a fork loop that stops by itself at 3000.)"""

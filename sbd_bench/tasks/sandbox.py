@@ -463,10 +463,14 @@ class _Run:
         return _read_clipped(self.files[index][name], self.limits.output_chars)
 
     def explain(self, outcome: Outcome) -> Outcome:
-        """What ended a job that did not pass, when it was the budget or the launcher's death."""
-        if outcome.passed:
+        """What ended a job that did not pass, when it was the budget or the launcher's death. A job whose
+        group's OOM killer killed one of its processes did not pass, even when what was left exited 0: the
+        kernel may pick a process that had already reported its work (a forked child), so that the rest
+        goes on within the budget and "succeeds" with only part of the job alive."""
+        if outcome.passed and not self.oom_kills:
             return outcome
         if self.oom_kills:
+            outcome.status = "crashed"
             outcome.detail = (f"memory budget exceeded: the program's processes held over "
                               f"{self.limits.memory_bytes >> 20} MiB together, and the kernel killed "
                               f"{'one' if self.oom_kills == 1 else self.oom_kills} (control group)")

@@ -78,6 +78,14 @@ class Parallel:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def leave(self) -> None:
+        """Leave the process group once every rank is done: a barrier, then ``close``. gloo aborts a rank
+        that destroys its group while another still works in it ('terminate called without an active
+        exception': 4 runs in 12 of scripts/train_check.py, 1 in 10 two-rank trainings). The success path's
+        exit; an error path only closes, without waiting for ranks that may be gone."""
+        self.barrier()
+        self.close()
+
     def close(self) -> None:
         if self.distributed:
             import torch.distributed as dist

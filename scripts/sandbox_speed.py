@@ -23,7 +23,7 @@ SCORE = """
 import resource, sys, time
 from concurrent.futures import ThreadPoolExecutor
 from sbd_bench.tasks import load_task
-from sbd_bench.tasks.sandbox import isolation
+from sbd_bench.sandbox import isolation
 def cpu():
     return sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
                for f in ("ru_utime", "ru_stime"))

@@ -16,7 +16,7 @@ from sbd_bench.cli import main
 from sbd_bench.analysis.metrics import pass_at_k
 from sbd_bench.tasks.scoring import extract_code, extract_gsm8k, last_boxed, math_equal, normalize_math, numeric_match
 from sbd_bench.tasks import TaskError, load_task
-from sbd_bench.tasks.sandbox import isolation
+from sbd_bench.sandbox import isolation
 
 DATA = Path(__file__).parent / "data"
 

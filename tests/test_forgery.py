@@ -25,9 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from sbd_bench.tasks import load_task, sandbox
+from sbd_bench.tasks import load_task
 from sbd_bench.tasks.code_tasks import StdinTest, same_stdout
-from sbd_bench.tasks.sandbox import Limits
+from sbd_bench.sandbox import Limits
+from sbd_bench.sandbox import jobs as sandbox
 
 DATA = Path(__file__).parent / "data"
 TASKS = ("humaneval", "humaneval_plus", "mbpp", "livecodebench")
@@ -321,7 +322,7 @@ def test_what_comes_back_says_why(tasks):
 
 
 def sandbox_plain() -> str:
-    from sbd_bench.tasks.sandboxed.proxy import PLAIN
+    from sbd_bench.sandbox.sandboxed.proxy import PLAIN
     return PLAIN
 
 

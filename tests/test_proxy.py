@@ -1,4 +1,4 @@
-"""What crosses between the judge and the candidate (sbd_bench/tasks/sandboxed/proxy.py): plain data
+"""What crosses between the judge and the candidate (sbd_bench/sandbox/sandboxed/proxy.py): plain data
 only, with its types kept, within its limits; anything else fails with the reason. The codec is tested
 here directly; the sessions through the sandbox."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ import struct
 
 import pytest
 
-from sbd_bench.tasks.sandbox import Limits, Session, run_session
-from sbd_bench.tasks.sandboxed import proxy
-from sbd_bench.tasks.sandboxed.proxy import CandidateError, Handle, decode, encode
+from sbd_bench.sandbox import Limits, Session, run_session
+from sbd_bench.sandbox.sandboxed import proxy
+from sbd_bench.sandbox.sandboxed.proxy import CandidateError, Handle, decode, encode
 
 FAST = Limits(timeout_s=5)
 PLAIN_VALUES = [None, True, False, 0, -1, 2 ** 63 - 1, -2 ** 63, 2 ** 63, -(10 ** 100), 10 ** 5000, 0.1, -0.0,

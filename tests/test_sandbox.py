@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from sbd_bench.tasks import sandbox
-from sbd_bench.tasks.sandbox import Limits, Outcome, Session, run_many, run_python
+from sbd_bench.sandbox import jobs as sandbox
+from sbd_bench.sandbox import Limits, Outcome, Session, run_many, run_python
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -396,7 +396,7 @@ def test_an_unprivileged_user_is_sandboxed_too():
     as_nobody = {"user": sandbox.NOBODY, "group": sandbox.NOBODY, "extra_groups": [], "cwd": "/",
                  "env": {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, "capture_output": True, "text": True}
     program = textwrap.dedent("""
-        from sbd_bench.tasks import sandbox as s
+        from sbd_bench.sandbox import jobs as s
         print(s.isolation().describe())
         forged = s.Session("class E:\\n    def __eq__(self, o):\\n        return True\\ndef f():\\n    return E()\\n",
                            "assert f() == 1\\n")
@@ -415,7 +415,7 @@ def test_an_unprivileged_user_is_sandboxed_too():
         assert "file system=private view" in describe and seen == f"False {sandbox.NOBODY}"
         # and its fallback, in a user namespace: the host read only, nothing written outside its tmpfs
         fallback = textwrap.dedent("""
-            from sbd_bench.tasks import sandbox as s
+            from sbd_bench.sandbox import jobs as s
             print(s.isolation().describe())
             print(s.run_python("import os\\nfor p in ('/tmp', '/var/tmp', '.', '/'):\\n    try:\\n"
                                "        open(os.path.join(p, 'x'), 'w'); print('written')\\n"
@@ -621,7 +621,7 @@ def test_the_budget_is_made_for_each_job_and_removed():
 def test_group_files_for_both_cgroup_versions(tmp_path):
     """Where each version's limits go, on folders laid out as the kernel lays them out (the machine
     has one version at most; the other is checked here)."""
-    from sbd_bench.tasks import cgroups
+    from sbd_bench.sandbox import cgroups
 
     v2 = tmp_path / "unified"
     ours = v2 / "user.slice" / "session-1.scope"

@@ -40,7 +40,7 @@ from ..core.model import MODELS_DIR, LoadedModel, cpu_model, device_name, folder
 from ..registry import parse_solver_spec, solver_registry
 from ..tasks import load_task, task_options, task_registry
 from ..tasks.code_tasks import CodeTask
-from ..tasks.sandbox import isolation
+from ..sandbox import isolation
 from ..types import SCHEMA_VERSION, Example, Solver, Task, UsageError
 from .batches import batched_records, warm_up_batches
 from .costcurve import measure_cost_curve

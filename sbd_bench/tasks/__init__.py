@@ -1,6 +1,6 @@
 """Tasks: built-in ones register themselves with ``@register_task``; any JSONL file with ``id``,
-``prompt`` and optional ``answer`` per line is a task too. Scoring helpers (``scoring``) and the
-sandbox that runs generated code (``sandbox``) live here, beside the tasks that need them.
+``prompt`` and optional ``answer`` per line is a task too. Scoring helpers (``scoring``) live here,
+beside the tasks that need them; the sandbox that runs generated code is ``sbd_bench.sandbox``.
 
     >>> task = load_task("path/to/problems.jsonl")
     >>> task.examples()[0].prompt

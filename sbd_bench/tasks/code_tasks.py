@@ -1,5 +1,5 @@
 """HumanEval, HumanEval+, MBPP and LiveCodeBench-style code tasks, judged in the sandbox
-(sbd_bench/tasks/sandbox.py). A test that calls the generated code is a judged session: the test
+(sbd_bench/sandbox/). A test that calls the generated code is a judged session: the test
 program (asserts, reference solution, expected values) runs in a judge process of its own and calls
 the candidate's functions over a pipe, getting plain data back, so nothing the generated code does can
 pass a test for it. A standard-input test runs the program alone and compares its output here. Each
@@ -39,7 +39,7 @@ from typing import ClassVar, Union
 from ..types import Example
 from . import TaskError, register_task
 from .benchmark_base import BenchmarkTask
-from .sandbox import Limits, Session, isolation, run_many
+from ..sandbox import Limits, Session, isolation, run_many
 from .scoring import defines, extract_code
 
 CODEX_STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")  # Chen et al. 2021: top-level code ends the body

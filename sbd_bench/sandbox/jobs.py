@@ -86,7 +86,7 @@ _COMPILE = ("import marshal, sys\nlauncher, runtime = marshal.load(sys.stdin.buf
             "sys.stdout.buffer.write(marshal.dumps(tuple(marshal.dumps(compile(text, name, 'exec')) for text, name in "
             "((launcher, 'launcher.py'), (runtime, 'proxy.py')))))\n")
 # what the sandbox's interpreter is started with: it runs the compiled launcher from the fd in argv[1]
-_BOOT = ('"""The sandbox\'s launcher (sbd_bench/tasks/sandboxed/launcher.py), compiled."""\n'
+_BOOT = ('"""The sandbox\'s launcher (sbd_bench/sandbox/sandboxed/launcher.py), compiled."""\n'
          "import marshal, os, sys\nwith os.fdopen(int(sys.argv.pop(1)), 'rb') as handle:\n    exec(marshal.load(handle))\n")
 # pivot_root(2) by number, where libc has no wrapper
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "ppc64": 203, "s390x": 217}

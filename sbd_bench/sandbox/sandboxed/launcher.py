@@ -1,4 +1,4 @@
-"""The sandbox's launcher. sandbox.py compiles it once per interpreter and starts it as ``PYTHON -s -S -c
+"""The sandbox's launcher. jobs.py compiles it once per interpreter and starts it as ``PYTHON -s -S -c
 <a bootstrap> CODE_FD JOB_FD`` (the bootstrap runs the code in CODE_FD), as our own user, under the
 sandbox's interpreter; it is never imported. It reads the job (marshal) from the file
 JOB_FD and starts one process per side of the job: a program to run (``program``), or a judged
@@ -364,7 +364,7 @@ def main():
     peers = {}
     if len(job["sides"]) == 2:  # once here rather than in each side
         runtime = {"__name__": "sbd_proxy"}
-        exec(marshal.loads(job["runtime"]), runtime)  # compiled by sandbox.py, once per interpreter
+        exec(marshal.loads(job["runtime"]), runtime)  # compiled by jobs.py, once per interpreter
         job["runtime"] = runtime
         import site  # what `python -I` gives a program: exit(), quit(), help() (no sys.path changes)
         site.setquit()

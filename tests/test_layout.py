@@ -44,6 +44,11 @@ def test_the_layering_holds():
     # a circle between two siblings of the reporting side
     ("sbd_bench/analysis/metrics.py", "from typing import Iterable\n", "from . import compare  # noqa\n",
      "No import circles"),
+    # the sandbox learns of tasks (tasks use the sandbox, never the other way)
+    ("sbd_bench/sandbox/jobs.py", "from . import cgroups, seccomp\n", "from ..tasks import scoring  # noqa\n",
+     "Layers: the CLI on top"),
+    ("sbd_bench/sandbox/cgroups.py", "import threading\n", "import torch  # noqa\n",
+     "The sandbox runs programs"),
     # a solver reaching past the contract
     ("solvers/fixed_k.py", "from typing import ClassVar\n", "from sbd_bench.core import decoding  # noqa\n",
      "Solvers see the contract"),

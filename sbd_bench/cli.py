@@ -120,6 +120,7 @@ def cmd_run(args) -> int:
         out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
         cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=args.solver, out=out,
                         block_size=args.block_size, max_new_tokens=args.max_new_tokens, limit=args.limit,
+                        max_block_forwards=args.max_block_forwards,
                         seed=args.seed, plugins=args.plugins, device=args.device, dtype=args.dtype,
                         attn_implementation=args.attn, command=command, repeats=args.repeats, warmup=args.warmup,
                         cost_curve=not args.no_cost_curve, report=not args.no_report, threads=args.threads,

@@ -14,6 +14,13 @@ A solver is a dataclass whose fields are its parameters (validated in ``__post_i
 The core owns the model, the cache, token choice (argmax at temperature 0, a draw from the tempered and
 filtered distribution above it: ``Sampling``) and NFE counting; a solver only chooses *where*, never
 *what*, and never calls the model.
+
+A solver that remembers or changes its mind asks for it with a class flag and still holds no state:
+``reads_history`` hands it what earlier forwards of the block showed (``BlockView.previous_logits``,
+``revealed_at``, ``block``, and the ``state`` tensor it returned last time), ``revokes`` lets it return a
+``Decision`` that masks revealed positions again, ``reads_shadow`` adds to each forward a masked query per
+slot that sees the other slots, the trained signal for judging a revealed token (docs/solvers.md, 'Porting
+a paper's sampler').
 """
 from __future__ import annotations
 
@@ -42,6 +49,16 @@ class BlockView:
     masked: torch.Tensor  # (B, k) bool: True where the position is still masked
     step: int = 0  # 0 on the block's first forward, 1 on the next, ...
     generator: torch.Generator | None = None  # seeded by the core, for randomised solvers
+    # What earlier forwards of this block left; None unless the solver's class sets reads_history, revokes
+    # or reads_shadow. The core keeps it, the solver only reads it.
+    block: torch.Tensor | None = None  # (B, k) long: the tokens the block holds, the mask token where masked
+    revealed_at: torch.Tensor | None = None  # (B, k) long: the step that revealed each position; -1 masked,
+    #                                          -2 the core's own (verified mode's first slot: NTP's token)
+    previous_logits: torch.Tensor | None = None  # (B, k, V) this block's previous forward (None at step 0)
+    state: torch.Tensor | None = None  # (B, k, ...) the Decision.state of the previous forward (None at step 0)
+    # reads_shadow only, from step 1 on: at slot i, the logits of a masked query at i that sees every other
+    # slot as the block holds it (the view SBD training gives a masked slot): a trained opinion of block[i]
+    shadow_logits: torch.Tensor | None = None  # (B, k, V)
 
     @property
     def k(self) -> int:
@@ -53,9 +70,22 @@ class BlockView:
 
     @cached_property
     def entropy(self) -> torch.Tensor:  # (B, k), nats, untempered
-        lp = self.log_probs
-        entropy = -(lp.exp() * lp.nan_to_num(neginf=0.0)).sum(-1)
-        return entropy.clamp_min(0.0)  # rounding can leave -1e-7
+        return _entropy(self.log_probs)
+
+    @cached_property
+    def previous_log_probs(self) -> torch.Tensor | None:  # (B, k, V), None at step 0
+        return None if self.previous_logits is None else self.previous_logits.log_softmax(dim=-1)
+
+    @property
+    def revealed(self) -> torch.Tensor:  # (B, k) bool: what the solver revealed and may revoke
+        return self.revealed_at >= 0
+
+    @cached_property
+    def shadow_confidence(self) -> torch.Tensor | None:  # (B, k): the shadow's probability of the block's token
+        if self.shadow_logits is None:
+            return None
+        log_p = self.shadow_logits.log_softmax(dim=-1).gather(-1, self.block.clamp_min(0)[..., None])[..., 0]
+        return log_p.exp()
 
     @cached_property
     def _top2(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,6 +104,22 @@ class BlockView:
     @property
     def tokens(self) -> torch.Tensor:  # (B, k): the argmax the core will commit
         return self._top2[1][..., 0]
+
+
+def _entropy(log_probs: torch.Tensor) -> torch.Tensor:
+    entropy = -(log_probs.exp() * log_probs.nan_to_num(neginf=0.0)).sum(-1)
+    return entropy.clamp_min(0.0)  # rounding can leave -1e-7
+
+
+@dataclass(frozen=True, eq=False)
+class Decision:
+    """What ``select`` may return instead of the bare (B, k) reveal tensor."""
+
+    reveal: torch.Tensor  # (B, k) bool: positions to reveal now, as select's plain return
+    # (B, k) bool: positions this solver revealed in earlier forwards of the block, masked again now; only a
+    # solver with revokes=True may return it, and never one it reveals in the same forward
+    remask: torch.Tensor | None = None
+    state: torch.Tensor | None = None  # (B, k, ...) any tensor: the block's next forward hands it back (view.state)
 
 
 class UsageError(ValueError):
@@ -107,6 +153,12 @@ class Solver:
                           by a solver: the core then commits only drafts that NTP's argmax confirms.
       ``sampling``        how the core picks revealed tokens; set by ``Sampled`` (``name:...;temperature=T``),
                           never by a solver: greedy unless a configuration asks for a temperature.
+      ``reads_history``   the view carries ``block``, ``revealed_at``, ``previous_logits`` and ``state``.
+      ``revokes``         ``select`` may return ``Decision(remask=...)`` (implies reads_history). A block then
+                          takes at most ``max_block_forwards`` forwards (default 2k): at the last one the core
+                          reveals every position still masked and counts them in ``forced_per_block``.
+      ``reads_shadow``    the view carries ``shadow_logits`` from step 1 on (implies reads_history); each such
+                          forward holds 2k block queries instead of k: still one forward, one NFE.
     """
 
     name: ClassVar[str] = ""
@@ -114,12 +166,21 @@ class Solver:
     decodes_blocks: ClassVar[bool] = True
     deterministic: ClassVar[bool] = True
     verify: ClassVar[bool] = False
+    reads_history: ClassVar[bool] = False
+    revokes: ClassVar[bool] = False
+    reads_shadow: ClassVar[bool] = False
     # sampling = GREEDY is set below, once Sampling exists (not annotated: it must not be a dataclass field here)
 
-    def select(self, view: BlockView) -> torch.Tensor:
-        """Return a (B, k) bool tensor: positions to reveal now. Must be a subset of ``view.masked``
-        holding at least one position in every row that still has a mask. Must not modify ``view``."""
+    def select(self, view: BlockView) -> torch.Tensor | Decision:
+        """Return a (B, k) bool tensor: positions to reveal now, or a ``Decision`` holding it. The reveal set
+        must be a subset of ``view.masked`` holding at least one position in every row that still has a
+        mask. Must not modify ``view``."""
         raise NotImplementedError
+
+    @property
+    def keeps_history(self) -> bool:
+        """Whether the core hands this solver's views what earlier forwards of the block showed."""
+        return self.reads_history or self.revokes or self.reads_shadow
 
     @property
     def params(self) -> dict[str, Any]:
@@ -155,6 +216,18 @@ class Verified(Solver):
     @property
     def deterministic(self) -> bool:
         return self.solver.deterministic
+
+    @property
+    def reads_history(self) -> bool:
+        return self.solver.reads_history
+
+    @property
+    def revokes(self) -> bool:
+        return self.solver.revokes
+
+    @property
+    def reads_shadow(self) -> bool:
+        return self.solver.reads_shadow
 
     @property
     def sampling(self) -> Sampling:
@@ -275,6 +348,18 @@ class Sampled(Solver):
         return self.solver.verify
 
     @property
+    def reads_history(self) -> bool:
+        return self.solver.reads_history
+
+    @property
+    def revokes(self) -> bool:
+        return self.solver.revokes
+
+    @property
+    def reads_shadow(self) -> bool:
+        return self.solver.reads_shadow
+
+    @property
     def params(self) -> dict[str, Any]:
         return {**self.solver.params, **self.sampling.params}
 
@@ -367,6 +452,10 @@ class Generation:
     drafted_per_block: list[int] | None = None
     accepted_per_block: list[int] | None = None
     replaced_per_block: list[int] | None = None
+    # revoking solvers only (None otherwise), per block: positions masked again, positions the core revealed
+    # at the max_block_forwards bound
+    remasked_per_block: list[int] | None = None
+    forced_per_block: list[int] | None = None
 
     @property
     def tokens(self) -> int:
@@ -386,6 +475,10 @@ SAMPLE_FIELDS = (
 # Fields that follow "repeat" in the records of sampled configurations only (temperature > 0, or --samples N
 # > 1): the sample's index 0..N-1 and its seed. A greedy run's records are what they were before sampling.
 SAMPLED_FIELDS = ("sample", "seed")
+
+# Fields that follow "replaced_per_block" in the records of configurations whose solver revokes (Solver.revokes):
+# per block, the positions masked again and those the core revealed at the bound; the bound itself.
+REVOKE_FIELDS = ("remasked_per_block", "forced_per_block", "max_block_forwards")
 
 # Records decoded with --exact (core/exact.py) add "exact": true; a plain run's records are what they were.
 

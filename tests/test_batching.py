@@ -16,7 +16,7 @@ from sbd_bench.registry import parse_solver_spec, solver_registry
 
 PROMPTS = ["1+2=", "12*3=", "abc", "9", "44+55-3=", "hij*hij*hij*hij*hij*hij*hij*hij*hij=", "c"]
 FIELDS = ("output_ids", "output_text", "stop_reason", "nfe", "prefill_forwards", "revealed_per_forward",
-          "forwards_per_block")
+          "forwards_per_block", "remasked_per_block", "forced_per_block")
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -24,26 +24,37 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 SOLVERS = "ntp+entropy_bounded:gamma=0.35+fixed_k:k=2"
 
 
-@pytest.mark.parametrize("past,n_causal,n_block,padded", [(0, 5, 0, False), (7, 1, 0, False), (7, 1, 4, False),
-                                                          (9, 4, 4, True), (6, 0, 4, True), (3, 1, 0, True)])
-def test_static_mask_is_the_reference_mask_over_the_capacity(past, n_causal, n_block, padded):
-    q, capacity, batch = n_causal + n_block, 24, 3
+@pytest.mark.parametrize("past,n_causal,n_block,padded,shadow", [
+    (0, 5, 0, False, False), (7, 1, 0, False, False), (7, 1, 4, False, False), (9, 4, 4, True, False),
+    (6, 0, 4, True, False), (3, 1, 0, True, False), (5, 0, 4, False, True), (6, 2, 3, True, True)])
+def test_static_mask_is_the_reference_mask_over_the_capacity(past, n_causal, n_block, padded, shadow):
+    q, capacity, batch = n_causal + n_block * (2 if shadow else 1), 24, 3
     key_pad = None
     if padded:  # left padding of different widths, and a hidden block slot in row 1
         key_pad = torch.zeros(batch, past + q, dtype=torch.bool)
         for b, pad in enumerate([0, 2, min(past, 3)]):
             key_pad[b, :pad] = True
         key_pad[1, -1] = True
-    pattern = Pattern(n_causal, n_block, key_pad)
+    pattern = Pattern(n_causal, n_block, key_pad, shadow)
     reference = pattern.mask(past, torch.float32, "cpu")  # (B or 1, 1, Q, past + Q)
     hidden = None
     if key_pad is not None:
         hidden = torch.ones(batch, capacity, dtype=torch.bool)  # beyond past + Q: never looked at
         hidden[:, : past + q] = key_pad
     for where in (past, torch.tensor(past)):  # the host's count, or the cache's device position
-        got = static_mask(where, capacity, pattern.causal_rows("cpu"), hidden, torch.float32)
+        got = static_mask(where, capacity, pattern.kinds("cpu"), hidden, torch.float32)
         assert torch.equal(got[..., : past + q], reference.expand_as(got[..., : past + q]))
         assert (got[..., past + q :] == torch.finfo(torch.float32).min).all()  # stale columns blocked
+
+
+def test_the_shadow_query_of_a_slot_sees_every_other_slot_and_itself():
+    """1 causal query, a block of 3, its shadow: what each query may see among the 7 new columns."""
+    allowed = attention_mask(2, 1, 3, torch.float32, "cpu", shadow=True)[0, 0] == 0  # (7, 9)
+    assert allowed[:, :2].all()  # every query sees the cache
+    expected = [[1, 0, 0, 0, 0, 0, 0],  # the causal query: itself
+                [1, 1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0, 0],  # block: causal + block
+                [1, 0, 1, 1, 1, 0, 0], [1, 1, 0, 1, 0, 1, 0], [1, 1, 1, 0, 0, 0, 1]]  # shadow i: all but slot i
+    assert allowed[:, 2:].int().tolist() == expected
 
 
 def test_packed_attention_equals_transformers_sdpa():

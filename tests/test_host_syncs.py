@@ -61,6 +61,8 @@ def test_one_device_read_per_forward(tiny_models, counted, fast):
     prompts = [lm.tokenizer(p)["input_ids"] for p in ["3*4=", "12+345=", "9-8*7="]]
     spec = "ntp+entropy_bounded:gamma=0.35+fixed_k+random_order+fixed_k:k=4;verify=on+random_order:verify=on"
     sampled = "+ntp:temperature=0.7+entropy_bounded:temperature=0.7;verify=on,off+random_order:verify=on;temperature=1"
+    # solvers that read the previous forward, revoke with the shadow (wide drafts, so that they do), a schedule
+    sampled += "+klass:verify=on,off+wino:tau_in=0;tau_out=1;verify=on,off+dilated+wino:tau_in=0;temperature=0.7;verify=on"
     for solver in parse_solver_spec(spec + sampled, solver_registry()):
         decoder = Decoder(lm, block_size=4, max_new_tokens=10, fast=fast, compile=False)
         with counted() as mode:

@@ -24,10 +24,12 @@ from test_stops import ScriptedLlama
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 RECORD_FIELDS = ("output_ids", "output_text", "stop_reason", "nfe", "prefill_forwards", "revealed_per_forward",
-                 "forwards_per_block", "drafted_per_block", "accepted_per_block", "replaced_per_block")
-# one forward per block (fixed_k:k=4 at k=4), several (EB, left_to_right), a random order, a threshold
+                 "forwards_per_block", "drafted_per_block", "accepted_per_block", "replaced_per_block",
+                 "remasked_per_block", "forced_per_block")
+# one forward per block (fixed_k:k=4 at k=4), several (EB, left_to_right), a random order, a threshold, one that
+# reads the previous forward (klass) and one that revokes with the shadow (wino)
 VERIFIED = ("fixed_k:k=4;verify=on+entropy_bounded:gamma=0.35,1.5;verify=on+random_order:n=2;verify=on"
-            "+left_to_right:n=1;verify=on+confidence:verify=on")
+            "+left_to_right:n=1;verify=on+confidence:verify=on+klass:verify=on+wino:tau_in=0.3;verify=on")
 PROMPTS = ["1+2=", "12*3=", "abc", "9", "44+55-3=", "hij*hij*hij*hij*hij*hij*hij*hij*hij=", "c"]
 
 

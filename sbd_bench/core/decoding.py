@@ -33,6 +33,13 @@ its sample's seed and taken only in the forwards the row works in, so a row's to
 Block solvers still choose positions from the untempered logits. Verified sampling judges drafts by the
 speculative-sampling rule (``_judge``), up to the first draft revealed before a draft to its left.
 
+Solvers that remember and revoke (``Solver.reads_history``, ``revokes``, ``reads_shadow``; docs/decoding.md,
+'Revocation'): the core keeps each block's history (``_BlockMemory``: the previous forward's logits, the
+solver's state, the step that revealed each slot, all on the device) and hands it over in the view; a
+position masked again is open to the solver as before. ``reads_shadow`` appends the block's shadow to the
+forwards from the block's second on (core/masks.py). A block takes at most ``max_block_forwards`` forwards:
+at the last one every position still masked is revealed from its logits (``forced_per_block``).
+
 Every model call goes through ``Decoder.forward``: it is the one place NFE is counted. Tokens are chosen
 from logits in ``next_tokens`` (NTP's) and ``_choose`` (a block's), drafts judged in ``verify_drafts``
 (greedy) or ``_judge`` (sampled).
@@ -45,7 +52,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..types import GREEDY, BlockView, Generation, Solver, UsageError
+from ..types import GREEDY, BlockView, Decision, Generation, Solver, UsageError
 from .cache import KVCache, StaticKVCache
 from .fastpath import FastPath, keeps_logits
 from .masks import Pattern
@@ -92,7 +99,20 @@ class Counters:
     row_nfe: Counter = field(default_factory=Counter)  # batch row -> forwards in which it had work
 
 
-BLOCK_FIELDS = ("forwards_per_block", "drafted_per_block", "accepted_per_block", "replaced_per_block")
+BLOCK_FIELDS = ("forwards_per_block", "drafted_per_block", "accepted_per_block", "replaced_per_block",
+                "remasked_per_block", "forced_per_block")
+REVOKE_BLOCK_FIELDS = BLOCK_FIELDS[4:]
+
+
+@dataclass
+class _BlockMemory:
+    """What earlier forwards of the blocks under way showed, for solvers that keep history (on the device,
+    never read back): (B, w, V) logits of the last forward, (B, w, ...) the solver's last state, (B, w) the
+    step that revealed each slot (-1 masked, -2 the core's)."""
+
+    revealed_at: torch.Tensor
+    logits: torch.Tensor | None = None
+    state: torch.Tensor | None = None
 
 
 @dataclass
@@ -110,6 +130,9 @@ class _Row:
     stop_reason: str = ""  # set once the row has stopped
     size: int = 0  # the block under way: its slots, the forward that revealed each (-1: masked)
     reveal_step: list[int] = field(default_factory=list)
+    fixed: int = 0  # the block's leading slots the core set (verified: NTP's token), never the solver's
+    remasked: int = 0  # the block's positions masked again, and revealed by the core at the bound
+    forced: int = 0
     open: bool = False  # whether the block goes on (the row has work in the next block forward)
     pending: list[int] = field(default_factory=list)  # verified: last committed token, then the drafts
     final: bool = False  # verified: the drafts end at a stop or the budget: verify them, draft no more
@@ -119,7 +142,7 @@ class _Row:
 
     def end_block(self, forwards: int, drafted: int = 0) -> None:
         """Close the block; verified drafts are judged at the next block's first forward."""
-        for name, value in zip(BLOCK_FIELDS, (forwards, drafted, 0, 0)):
+        for name, value in zip(BLOCK_FIELDS, (forwards, drafted, 0, 0, self.remasked, self.forced)):
             self.blocks[name].append(value)
         self.open = False
 
@@ -127,12 +150,19 @@ class _Row:
 class Decoder:
     def __init__(self, lm: LoadedModel, block_size: int = 16, max_new_tokens: int = 256,
                  stop_strings: tuple[str, ...] = (), seed: int = 0, fast: bool = False,
-                 compile: bool | None = None):
+                 compile: bool | None = None, max_block_forwards: int | None = None):
         if block_size < 1:
             raise DecodeError(f"--block-size must be >= 1 (got {block_size})")
         if max_new_tokens < 1:
             raise DecodeError(f"--max-new-tokens must be >= 1 (got {max_new_tokens})")
+        max_block_forwards = 2 * block_size if max_block_forwards is None else max_block_forwards
+        if max_block_forwards < block_size:
+            raise DecodeError(f"--max-block-forwards must be at least the block size {block_size} (got "
+                              f"{max_block_forwards}): a solver reveals at least one position per forward, so "
+                              f"{block_size} forwards always finish a block unless it revokes; the bound is for "
+                              f"solvers that revoke")
         self.lm, self.block_size, self.max_new_tokens = lm, block_size, max_new_tokens
+        self.max_block_forwards = max_block_forwards
         self.context = lm.max_positions or 1 << 62  # positions the model takes (none given: no limit)
         self.stop_strings = tuple(s for s in stop_strings if s)
         self.seed = seed
@@ -144,6 +174,7 @@ class Decoder:
         self._keeps_logits = keeps_logits(lm.model)
         self.sampling = GREEDY  # the decode under way's (generate_batch sets it)
         self._draft_probs: torch.Tensor | None = None  # verified sampling: (B, w, V) what each draft was drawn from
+        self._memory: _BlockMemory | None = None  # the blocks' history, for solvers that keep one
 
     def new_cache(self, batch: int, positions: int):
         """An empty cache for ``batch`` rows that will hold at most ``positions`` columns."""
@@ -201,12 +232,15 @@ class Decoder:
         return self.forward(token, positions, pattern, cache, keep=1, rows=rows)
 
     def block_step(self, pending: torch.Tensor, block: torch.Tensor, start: int | torch.Tensor, cache: KVCache,
-                   key_pad: torch.Tensor | None = None, rows: list[int] | None = None) -> torch.Tensor:
+                   key_pad: torch.Tensor | None = None, rows: list[int] | None = None, shadow: bool = False
+                   ) -> torch.Tensor:
         """One SBD forward: ``pending`` (B, n) committed tokens at start-n..start-1, causal (their KV is
         kept: it is exact), then ``block`` (B, k) at start..start+k-1, bidirectional (its KV depends on
         the masks and is dropped). Returns the block's logits (B, k, V); logit i predicts token i.
-        ``start``: an int, or (B,) per row; ``key_pad``: see ``attention_mask``."""
-        return self._carry(pending, block, start, cache, key_pad, block.shape[1], rows)
+        ``start``: an int, or (B,) per row; ``key_pad``: see ``attention_mask``. With ``shadow`` the block's
+        shadow follows it in the same forward (core/masks.py) and its logits follow: (B, 2k, V)."""
+        k = block.shape[1]
+        return self._carry(pending, block, start, cache, key_pad, 2 * k if shadow else k, rows, shadow)
 
     def carry_step(self, pending: torch.Tensor, block: torch.Tensor, start: int | torch.Tensor, cache: KVCache,
                    key_pad: torch.Tensor | None = None, rows: list[int] | None = None
@@ -217,17 +251,20 @@ class Decoder:
         logits = self._carry(pending, block, start, cache, key_pad, n + block.shape[1], rows)
         return logits[:, :n], logits[:, n:]
 
-    def _carry(self, pending, block, start, cache, key_pad, keep: int, rows) -> torch.Tensor:
+    def _carry(self, pending, block, start, cache, key_pad, keep: int, rows, shadow: bool = False) -> torch.Tensor:
         """The forward of ``block_step``, returning the logits of its last ``keep`` queries."""
         n, k = pending.shape[1], block.shape[1]
-        ids = torch.cat([pending, block], dim=1)
+        ids = torch.cat([pending, block] + ([torch.full_like(block, self.lm.mask_token_id)] if shadow else []), dim=1)
         if isinstance(start, int):  # every row alike (batch 1): the positions are real ones
             positions = torch.arange(start - n, start + k, device=block.device)[None].expand(ids.shape[0], -1)
         else:  # (B, n + k): idle slots of a batched row can pass the end, hidden filler slots fall before 0
             positions = start.to(block.device)[:, None] + torch.arange(-n, k, device=block.device)
             positions = positions.clamp(0, self.context - 1)
-        logits = self.forward(ids, positions, Pattern(n, k, key_pad), cache, keep=keep, rows=rows)
-        cache.rollback(k)
+        if shadow:  # the shadow sits at the block's positions; it hides what the block hides
+            positions = torch.cat([positions, positions[:, n:]], dim=1)
+            key_pad = None if key_pad is None else torch.cat([key_pad, key_pad[:, -k:]], dim=1)
+        logits = self.forward(ids, positions, Pattern(n, k, key_pad, shadow), cache, keep=keep, rows=rows)
+        cache.rollback(k * (2 if shadow else 1))
         return logits
 
     def next_tokens(self, logits: torch.Tensor, rows: list[_Row], working: list[int]) -> torch.Tensor:
@@ -262,7 +299,8 @@ class Decoder:
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
         device, longest, k = self.lm.device, max(map(len, prompts)), self.block_size
-        self.counters, self.sampling, self._draft_probs = Counters(), solver.sampling, None
+        self.counters, self.sampling, self._draft_probs, self._memory = Counters(), solver.sampling, None, None
+        self._keeps_history = solver.keeps_history
         rows = [_Row(len(p), min(self.max_new_tokens, self.context - len(p)), longest - len(p),
                      None if solver.deterministic else torch.Generator().manual_seed(seed),
                      None if self.sampling.greedy else DrawStream(seed)) for p, seed in zip(prompts, seeds)]
@@ -289,7 +327,8 @@ class Decoder:
             prefill_forwards=int(r.prompt_len > 1), revealed_per_forward=r.revealed,
             forwards_per_block=r.blocks["forwards_per_block"], prefill_time_s=(t1 - t0) / batch,
             decode_time_s=(t2 - t1) / batch, output_text=self._text(r.out, r.stop_reason),
-            **({name: r.blocks[name] for name in BLOCK_FIELDS[1:]} if solver.verify else {}),
+            **({name: r.blocks[name] for name in BLOCK_FIELDS[1:4]} if solver.verify else {}),
+            **({name: r.blocks[name] for name in REVOKE_BLOCK_FIELDS} if solver.revokes else {}),
         ) for b, r in enumerate(rows)]
 
     def _decode_ntp(self, rows: list[_Row], token: torch.Tensor, cache: KVCache) -> None:
@@ -319,7 +358,7 @@ class Decoder:
             start, carried, step = self._per_row(starts), pending, 0
             while working := [b for b, r in enumerate(rows) if r.open]:
                 key_pad = self._key_pad(rows, cache, carried.shape[1], block.shape[1])
-                logits = self.block_step(carried, block, start, cache, key_pad, working)
+                logits = self.block_step(carried, block, start, cache, key_pad, working, solver.reads_shadow and step > 0)
                 block, tokens = self._reveal(solver, logits, block, rows, working, step)
                 carried, step = pending[:, :0], step + 1
                 for b in working:
@@ -351,7 +390,7 @@ class Decoder:
             carried = [[] if r.stop_reason else r.pending[:-1] if r.final else r.pending for r in rows]
             n = max(map(len, carried))
             if not self.sampling.greedy:  # how many drafts the rule may judge, from their reveal steps
-                judged = [verifiable_drafts(r.reveal_step[1 : len(r.pending)]) for r in rows]
+                judged = [self._judgeable(solver, r) for r in rows]
             starts = [cache.length - r.pad + len(c) for r, c in zip(rows, carried)]
             block = self._open_blocks(rows, starts, first=0)  # the first slot is NTP's, set below
             tokens = torch.tensor([[filler] * (n - len(c)) + c for c in carried], device=device)
@@ -387,7 +426,7 @@ class Decoder:
                     break
                 start = self._per_row([cache.length - r.pad for r in rows])
                 logits = self.block_step(block[:, :0], block, start, cache,
-                                         self._key_pad(rows, cache, 0, block.shape[1]), drafting)
+                                         self._key_pad(rows, cache, 0, block.shape[1]), drafting, solver.reads_shadow)
                 step += 1
                 for b in drafting:
                     rows[b].revealed.append(0)  # drafting forwards commit nothing
@@ -401,8 +440,15 @@ class Decoder:
         for r, start in zip(rows, starts):
             r.size = 0 if r.stop_reason or r.final else min(self.block_size, self.context - start)
             r.reveal_step, r.open = ([first] + [-1] * (r.size - 1))[: r.size], r.size > 0
-        return torch.full((len(rows), max(r.size for r in rows)), self.lm.mask_token_id, dtype=torch.long,
-                          device=self.lm.device)
+            r.fixed, r.remasked, r.forced = int(first >= 0 and r.size > 0), 0, 0
+        block = torch.full((len(rows), max(r.size for r in rows)), self.lm.mask_token_id, dtype=torch.long,
+                           device=self.lm.device)
+        if self._keeps_history:
+            revealed_at = torch.full_like(block, -1)
+            if first >= 0 and block.shape[1]:
+                revealed_at[:, 0] = -2  # the core's slot (a row whose block is empty never reads it)
+            self._memory = _BlockMemory(revealed_at)
+        return block
 
     def _per_row(self, values: list[int]) -> int | torch.Tensor:
         """Positions: one int when every row has the same (always at batch 1), else (B,) on the device."""
@@ -427,59 +473,125 @@ class Decoder:
     def _reveal(self, solver: Solver, logits: torch.Tensor, block: torch.Tensor, rows: list[_Row],
                 working: list[int], step: int, *also: torch.Tensor):
         """The solver's choice for the rows with work, set in ``block``; the forward's one device read (of
-        ``also`` and the block); the choice kept in each row's ``reveal_step`` (contract checked). Returns
-        (the block, host rows of each of ``also``, host rows of the block)."""
+        ``also``, the block and the choice); the choice kept in each row's ``reveal_step`` (contract checked).
+        ``logits`` (B, w, V), or (B, 2w, V) with the block's shadow after it. At the block's last allowed
+        forward (``max_block_forwards``) every slot still masked is revealed and the solver's remask ignored.
+        Returns (the block, host rows of each of ``also``, host rows of the block)."""
         if not working:
             return block, *to_host(*also, block)
-        chosen, block = self._choose(solver, logits, block, rows, working, step)
-        *host, picked = to_host(*also, block, chosen)
+        forced = step + 1 >= self.max_block_forwards
+        picked, remask, block = self._choose(solver, logits, block, rows, working, step, forced)
+        host = to_host(*also, block, picked, *([remask] if remask is not None else []))
+        dropped = host.pop() if remask is not None else None
+        picked = host.pop()
+        name = solver.name
         for b in working:
-            r, row_chosen = rows[b], picked[b]
-            if any(c and s >= 0 for c, s in zip(row_chosen, r.reveal_step)):
-                raise SolverContractError(f"solver '{solver.name}' revealed a position that was already revealed")
-            if not any(row_chosen):
-                raise SolverContractError(f"solver '{solver.name}' revealed nothing in a forward; "
-                                          "reveal at least one position")
-            r.reveal_step = [step if c else s for s, c in zip(r.reveal_step, row_chosen)]
+            r, row_picked = rows[b], picked[b]
+            if any(c and s != -1 for c, s in zip(row_picked, r.reveal_step)):
+                raise SolverContractError(f"solver '{name}' revealed a position that was already revealed")
+            if not any(row_picked):
+                raise SolverContractError(f"solver '{name}' revealed nothing in a forward; reveal at least one position")
+            if forced:
+                r.forced += r.reveal_step.count(-1) - sum(row_picked)
+                r.reveal_step = [step if s == -1 else s for s in r.reveal_step]
+                continue
+            row_dropped = dropped[b] if dropped is not None else ()
+            if any(d and (s < 0 or i < r.fixed or c) for i, (d, s, c) in enumerate(zip(row_dropped, r.reveal_step,
+                                                                                          row_picked))):
+                raise SolverContractError(f"solver '{name}' masked again a position it had not revealed in an earlier "
+                                          f"forward of this block; remask only positions where view.revealed")
+            r.remasked += sum(row_dropped)
+            r.reveal_step = [step if c else -1 if d else s
+                             for s, c, d in zip(r.reveal_step, row_picked, row_dropped or [False] * len(row_picked))]
         return block, *host
 
     def _choose(self, solver: Solver, logits: torch.Tensor, block: torch.Tensor, rows: list[_Row],
-                working: list[int], step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """One solver decision over the working rows: (chosen (B, w) bool, the block with the chosen slots
-        set to their argmax, or sampled, to their draws: ``_draw_block``). One batched call when they share a
-        block size and the solver draws nothing; else row by row, each row with its own generator, so that
-        its draws match batch 1's; row by row in exact mode too, so that each row's call is batch 1's
-        (core/exact.py)."""
+                working: list[int], step: int, forced: bool = False):
+        """One solver decision over the working rows: (the solver's picks (B, w) bool, its remask (B, w) bool
+        or None, the block with the chosen slots set to their argmax, or sampled, to their draws: ``_draw_block``,
+        and masked again where remasked). One batched call when they share a block size and the solver draws
+        nothing; else row by row, each row with its own generator, so that its draws match batch 1's; row by
+        row in exact mode too, so that each row's call is batch 1's (core/exact.py). ``forced``: every masked
+        slot is chosen, the remask dropped."""
         batch, width = block.shape
+        shadow = logits[:, width:] if logits.shape[1] > width else None  # (B, w, V) the block's shadow
+        logits = logits[:, :width]
         sizes = {rows[b].size for b in working}
         if solver.deterministic and len(sizes) == 1 and not self.lm.exact:
             groups = [(working, sizes.pop(), None)]
         else:
             groups = [([b], rows[b].size, rows[b].generator) for b in working]
-        chosen = tokens = None
+        memory = self._memory if solver.keeps_history else None
+        chosen = tokens = remask = state = None
         for idx, size, generator in groups:
             whole = len(idx) == batch and size == width  # batch 1: the view is the block itself
+
+            def part(x: torch.Tensor | None) -> torch.Tensor | None:
+                return x if x is None or whole else x[idx, :size]
+
             # a slot is masked while it holds the mask token (never emitted): no copy to the device, which
             # would wait for the forward before the solver's work is queued
-            masked = (block if whole else block[idx, :size]) == self.lm.mask_token_id
-            view = BlockView(logits=logits if whole else logits[idx, :size], masked=masked, step=step,
-                             generator=generator)
-            picked = solver.select(view)
-            if picked.dtype != torch.bool or picked.shape != masked.shape:
-                raise SolverContractError(f"solver '{solver.name}' returned {picked.dtype} {tuple(picked.shape)}; "
-                                          f"select must return a bool tensor shaped like view.masked "
-                                          f"{tuple(masked.shape)}")
+            masked = part(block) == self.lm.mask_token_id
+            history = {} if memory is None else dict(
+                block=part(block), revealed_at=part(memory.revealed_at), previous_logits=part(memory.logits),
+                state=part(memory.state), shadow_logits=part(shadow))
+            view = BlockView(logits=part(logits), masked=masked, step=step, generator=generator, **history)
+            decision = solver.select(view)
+            picked, dropped, kept = ((decision.reveal, decision.remask, decision.state)
+                                     if isinstance(decision, Decision) else (decision, None, None))
+            self._check_decision(solver, picked, dropped, kept, masked)
             if whole:
-                chosen, tokens = picked, view.tokens if self.sampling.greedy else None
+                chosen, remask, state = picked, dropped, kept
+                tokens = view.tokens if self.sampling.greedy else None
                 break
             if chosen is None:
                 chosen, tokens = torch.zeros(block.shape, dtype=torch.bool, device=block.device), torch.zeros_like(block)
             chosen[idx, :size] = picked
+            if dropped is not None:
+                remask = torch.zeros_like(chosen) if remask is None else remask
+                remask[idx, :size] = dropped
+            if kept is not None:
+                state = kept.new_zeros(block.shape + kept.shape[2:]) if state is None else state
+                state[idx, :size] = kept
             if self.sampling.greedy:
                 tokens[idx, :size] = view.tokens
+        unmasked = block != self.lm.mask_token_id
+        revealed = chosen | ~unmasked if forced else chosen  # forced: every masked slot (idle rows' none: filler)
+        if forced:
+            revealed &= self._working_slots(rows, working, block)
+            remask = None
         if not self.sampling.greedy:
-            tokens = self._draw_block(logits, rows, working, chosen, solver.verify, step)
-        return chosen, torch.where(chosen, tokens, block)
+            tokens = self._draw_block(logits, rows, working, revealed, solver.verify, step)
+        block = torch.where(revealed, tokens, block)
+        if remask is not None:  # what the solver may drop is checked on the host (_reveal)
+            block = block.masked_fill(remask, self.lm.mask_token_id)
+        if memory is not None:
+            memory.revealed_at = memory.revealed_at.masked_fill(revealed, step)
+            if remask is not None:
+                memory.revealed_at = memory.revealed_at.masked_fill(remask, -1)
+            memory.logits, memory.state = logits, state
+        return chosen, remask, block
+
+    def _working_slots(self, rows: list[_Row], working: list[int], block: torch.Tensor) -> torch.Tensor:
+        """(B, w) bool: the slots of the working rows' blocks."""
+        sizes = torch.tensor([rows[b].size if b in set(working) else 0 for b in range(len(rows))], device=block.device)
+        return torch.arange(block.shape[1], device=block.device) < sizes[:, None]
+
+    @staticmethod
+    def _check_decision(solver: Solver, picked, dropped, kept, masked: torch.Tensor) -> None:
+        """The shapes and types of a solver's answer (what it may reveal or drop is checked in ``_reveal``)."""
+        for what, value in (("select", picked), ("Decision.remask", dropped)):
+            if value is not None and (not isinstance(value, torch.Tensor) or value.dtype != torch.bool
+                                      or value.shape != masked.shape):
+                got = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+                raise SolverContractError(f"solver '{solver.name}': {what} returned {got}; it must be a bool tensor "
+                                          f"shaped like view.masked {tuple(masked.shape)}")
+        if dropped is not None and not solver.revokes:
+            raise SolverContractError(f"solver '{solver.name}' returned Decision.remask without revokes = True: a "
+                                      f"solver that masks positions again says so with the class flag")
+        if kept is not None and (not isinstance(kept, torch.Tensor) or kept.shape[:2] != masked.shape):
+            raise SolverContractError(f"solver '{solver.name}': Decision.state must be a tensor shaped (B, k, ...) "
+                                      f"like view.masked {tuple(masked.shape)} first")
 
     def _draw_block(self, logits: torch.Tensor, rows: list[_Row], working: list[int], chosen: torch.Tensor,
                     verify: bool, step: int) -> torch.Tensor:
@@ -502,6 +614,18 @@ class Decoder:
         filled = next((i for i, s in enumerate(r.reveal_step) if s < 0), r.size)  # contiguous prefix
         return self._stop(r.out + tokens[committed:filled], len(r.out) + filled - committed, r.budget,
                           block_done=filled == r.size, first_new=len(r.out))
+
+    @staticmethod
+    def _judgeable(solver: Solver, r: _Row) -> int:
+        """How many of the row's drafts verified sampling may judge (``verifiable_drafts``). A revoking solver
+        kept every draft it revealed before the block's last forward by a choice that saw it (not masking it
+        again), so such a draft is no longer distributed as the q it was drawn from: only the leading drafts
+        revealed in the block's last forward are judged (docs/decoding.md, 'Revocation')."""
+        steps = r.reveal_step[1 : len(r.pending)]
+        if solver.revokes:
+            last = max(r.reveal_step, default=0)  # every forward reveals: the block's last forward
+            return next((i for i, s in enumerate(steps) if s != last), len(steps))
+        return verifiable_drafts(steps)
 
     def _verify(self, r: _Row, verdict: tuple[list[int], int, bool], carried: int) -> int:
         """After a block's first forward, one row: its drafts' ``verdict`` (``verify_drafts`` or

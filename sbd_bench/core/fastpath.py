@@ -121,7 +121,7 @@ class FastPath:
         cache.check_room(q)
         pattern = pattern or Pattern(q)
         hidden = cache.hidden_columns(pattern.key_pad, batch)  # (B, capacity): one compiled variant for both
-        rows = self._constant("rows", pattern.n_causal, q, remember=not eager)
+        rows = self._constant("kinds", pattern, remember=not eager)
         kept = self._constant("keep", q, keep or q, remember=not eager)
         packed = torch.stack([ids, positions.expand(batch, q), rows.expand(batch, q)])  # (3, B, Q): one input
         if eager:
@@ -164,12 +164,12 @@ class FastPath:
     def _constant(self, kind: str, *args, remember: bool = True) -> torch.Tensor:
         """Small tensors that never change for a shape, made once on the device (no copy per forward);
         ``remember`` False for shapes seen once (a prefill's length)."""
-        key = (kind, *args)
+        key = (kind, *((a.n_causal, a.n_block, a.shadow) if isinstance(a, Pattern) else a for a in args))
         value = self._constants.get(key)
         if value is None:
-            if kind == "rows":  # (Q,) 1 for a causal query, 0 for a block query
-                n_causal, q = args
-                value = (torch.arange(q, device=self.lm.device) < n_causal).long()
+            if kind == "kinds":  # (Q,) the pattern's shape (Pattern.kinds): 1 causal, 0 block, 2 + i shadow of slot i
+                pattern, = args
+                value = pattern.kinds(self.lm.device)
             else:  # (keep,) the positions whose logits the core reads: the last ``keep`` of Q
                 q, keep = args
                 value = torch.arange(q - keep, q, device=self.lm.device)
@@ -205,12 +205,12 @@ class FastPath:
 def _step(model, hf_cache, packed: torch.Tensor, hidden: torch.Tensor | None, kept: torch.Tensor,
           dtype: torch.dtype, keeps_logits: bool) -> torch.Tensor:
     """One forward over a static cache, what is compiled and captured: ``packed`` (3, B, Q) holds the
-    ids, the positions and the pattern (1 for a causal query), so that one dynamic size covers them;
+    ids, the positions and the pattern (``Pattern.kinds``), so that one dynamic size covers them;
     ``kept`` (K,) the query indices whose logits are returned, as float32 (B, K, V)."""
-    ids, positions, causal_rows = packed[0], packed[1], packed[2, 0] > 0
+    ids, positions, kinds = packed[0], packed[1], packed[2, 0]
     first = hf_cache.layers[0]
     capacity = first.keys.shape[2] if first.is_initialized else first.max_cache_len
-    mask = static_mask(first.cumulative_length, capacity, causal_rows, hidden, dtype)  # (B, 1, Q, capacity)
+    mask = static_mask(first.cumulative_length, capacity, kinds, hidden, dtype)  # (B, 1, Q, capacity)
     if keeps_logits:
         logits = model(input_ids=ids, position_ids=positions, attention_mask=mask, cache=hf_cache, use_cache=True,
                        logits_to_keep=kept).logits

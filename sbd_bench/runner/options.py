@@ -12,6 +12,9 @@ def add_decode_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="sbd-tiny", help="shipped model name or local HF folder")
     parser.add_argument("--block-size", type=int, default=16, help="k, the positions decoded together in a block")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: each task's own budget")
+    parser.add_argument("--max-block-forwards", type=int, default=None, metavar="N",
+                        help="forwards a block may take; at the last one every position still masked is revealed "
+                             "(default: 2 x --block-size; only a solver that revokes can need more than the block size)")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of randomised solvers (random_order) and, hashed per example and sample, of sampling")
     parser.add_argument("--plugins", action="append", default=[], metavar="DIR", help="folder of solver .py files")

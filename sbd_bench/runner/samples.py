@@ -37,6 +37,7 @@ class RunConfig:
     out: Path = Path("runs/latest")
     block_size: int = 16
     max_new_tokens: int | None = None  # None: each task's own budget
+    max_block_forwards: int | None = None  # None: 2 x block_size (core/decoding.py; revoking solvers only need it)
     limit: int | None = None
     seed: int = 0
     plugins: list[str] = field(default_factory=list)
@@ -72,6 +73,11 @@ class RunConfig:
             raise UsageError(f"--limit must be >= 1 (got {self.limit})")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise UsageError(f"--max-new-tokens must be >= 1 (got {self.max_new_tokens})")
+        if self.max_block_forwards is not None and self.max_block_forwards < self.block_size:
+            raise UsageError(f"--max-block-forwards must be at least --block-size {self.block_size} (got "
+                             f"{self.max_block_forwards}): every solver reveals at least one position per forward, so "
+                             f"{self.block_size} forwards finish a block unless it revokes; the bound is for solvers "
+                             f"that revoke")
         if self.repeats < 1:
             raise UsageError(f"--repeats must be >= 1 (got {self.repeats})")
         if self.threads is not None and self.threads < 1:
@@ -99,6 +105,11 @@ class RunConfig:
         if self.fast and self.device_map is not None:
             raise UsageError("--fast cannot be combined with --device-map: CUDA graphs do not span devices; "
                              "drop --fast (a device-mapped model runs eagerly)")
+
+    @property
+    def block_forwards(self) -> int:
+        """The forwards a block may take (``--max-block-forwards``, default 2 x the block size)."""
+        return self.max_block_forwards or 2 * self.block_size
 
     @property
     def sampling(self) -> Sampling:
@@ -135,7 +146,8 @@ def make_decoder(lm: LoadedModel, task: Task, cfg: RunConfig, seed: int | None =
     """The decoder of one sample (``seed``: its own, None: the run's --seed) or of a batch of them."""
     budget = cfg.max_new_tokens or task.max_new_tokens
     return Decoder(lm, block_size=cfg.block_size, max_new_tokens=budget, stop_strings=task.stop,
-                   seed=cfg.seed if seed is None else seed, fast=use_fast_path(cfg, lm), compile=cfg.compile)
+                   seed=cfg.seed if seed is None else seed, fast=use_fast_path(cfg, lm), compile=cfg.compile,
+                   max_block_forwards=cfg.block_forwards)
 
 
 # --------------------------------------------------------------------------------------- samples
@@ -191,6 +203,8 @@ def sample_record(task: Task, example: Example, prompt_ids: list[int], solver: S
         "prefill_forwards": gen.prefill_forwards, "revealed_per_forward": gen.revealed_per_forward,
         "forwards_per_block": gen.forwards_per_block, "drafted_per_block": gen.drafted_per_block,
         "accepted_per_block": gen.accepted_per_block, "replaced_per_block": gen.replaced_per_block,
+        **({"remasked_per_block": gen.remasked_per_block, "forced_per_block": gen.forced_per_block,
+            "max_block_forwards": cfg.block_forwards} if solver.revokes else {}),
         "wall_time_s": gen.prefill_time_s + gen.decode_time_s, "prefill_time_s": gen.prefill_time_s,
         "decode_time_s": gen.decode_time_s, "correct": correct,
         "answer": example.answer, "error": None,
@@ -207,6 +221,8 @@ def failed_sample(task: Task, example: Example, prompt_ids: list[int], solver: S
             "output_ids": [], "output_text": "", "stop_reason": "error", "tokens": 0, "nfe": 0,
             "prefill_forwards": 0, "revealed_per_forward": [], "forwards_per_block": [],
             "drafted_per_block": None, "accepted_per_block": None, "replaced_per_block": None,
+            **({"remasked_per_block": None, "forced_per_block": None, "max_block_forwards": cfg.block_forwards}
+               if solver.revokes else {}),
             "wall_time_s": None, "prefill_time_s": None, "decode_time_s": None, "correct": None,
             "answer": example.answer, "error": message, "peak_memory_bytes": None, "peak_memory_source": None,
             "memory": None, "score_detail": None}

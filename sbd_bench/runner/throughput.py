@@ -129,6 +129,7 @@ def cmd_throughput(args) -> int:
     # before the model loads: a folder, an unwritable place or a file another command wrote costs nothing
     check_output_file(out, "throughput.json", is_throughput_file, "throughput")
     cfg = RunConfig(model=args.model, block_size=args.block_size, max_new_tokens=args.max_new_tokens,
+                    max_block_forwards=args.max_block_forwards,
                     seed=args.seed, device=args.device, dtype=args.dtype, fast=args.fast, compile=args.compile,
                     cost_curve=False, threads=args.threads, temperature=args.temperature, top_p=args.top_p,
                     top_k=args.top_k, exact=args.exact)

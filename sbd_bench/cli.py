@@ -127,7 +127,7 @@ def cmd_run(args) -> int:
                         chat_template=args.chat_template, thinking={"on": True, "off": False}.get(args.thinking),
                         batch_size=args.batch_size, fast=args.fast, compile=args.compile, device_map=args.device_map,
                         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, samples=args.samples,
-                        pass_k=args.pass_k, exact=args.exact)
+                        pass_k=args.pass_k, exact=args.exact, trace=_trace_count(args.trace))
     try:
         if args.resume:
             run_dir = resume(out, progress=progress, command=command)
@@ -158,6 +158,17 @@ def cmd_run(args) -> int:
     print(json.dumps({"run_dir": str(run_dir), "complete": summary["complete"], "rows": len(summary["rows"]),
                       "failures": len(failures)}))
     return EXIT_OK if summary["complete"] and not failures else EXIT_FAILED_SAMPLES
+
+
+def _trace_count(value: str) -> int | None:
+    """--trace's count of examples per task; None for 'all'."""
+    if value == "all":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"--trace {value!r} must be a count of examples per task or 'all' (--trace alone: every "
+                         f"sample; --trace 0: none)") from None
 
 
 def _interrupted(out, progress: ProgressBar) -> int:
@@ -348,6 +359,10 @@ def build_parser(defaults: dict | None = None) -> argparse.ArgumentParser:
                        help="finish an interrupted run with the settings it was started with (alone: other flags are refused)")
     run_p.add_argument("--no-cost-curve", action="store_true", help="skip timing the 1, k, 2k-token forwards")
     run_p.add_argument("--no-report", action="store_true", help="skip writing report.md and the plots")
+    run_p.add_argument("--trace", nargs="?", const="all", default="2", metavar="N|all",
+                       help="record every forward (traces.jsonl, the report's decoding timelines) of the first N "
+                            "examples of each task, decoded again untimed (default 2; --trace alone: every sample; "
+                            "0: none)")
     run_p.set_defaults(func=cmd_run)
 
     list_p = sub.add_parser("list", help="list solvers (with parameters and defaults) and tasks")

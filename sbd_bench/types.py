@@ -456,6 +456,8 @@ class Generation:
     # at the max_block_forwards bound
     remasked_per_block: list[int] | None = None
     forced_per_block: list[int] | None = None
+    # generate_batch(trace=True) only: {"pieces": {id: text}, "forwards": [one dict per forward]} (docs/records.md)
+    trace: dict | None = None
 
     @property
     def tokens(self) -> int:

@@ -21,6 +21,7 @@ from .metrics import json_safe
 
 SAMPLES = "samples.jsonl"
 SUMMARY = "summary.json"
+TRACES = "traces.jsonl"  # per-forward traces of some samples (docs/records.md)
 REQUIRED_SAMPLE_FIELDS = ("task", "id", "solver", "config", "nfe", "tokens", "decode_time_s")
 
 
@@ -160,6 +161,24 @@ def read_records(path: Path) -> list[dict]:
         check_record(record, f"{path}:{number}")
         records.append(record)
     return records
+
+
+def read_traces(path: Path) -> dict[tuple, dict]:
+    """The traces of a run folder's traces.jsonl by sample key (``metrics.sample_key``); a sample traced twice
+    (a run resumed after the trace was written but before its record) keeps its last line. Lines that are
+    not whole traces (a write cut short) are skipped: a trace is an illustration, never a figure."""
+    from .metrics import sample_key
+
+    traces = {}
+    if not path.exists():
+        return traces
+    for raw in path.read_bytes().splitlines():
+        try:
+            trace = json.loads(raw.decode("utf-8"))
+            traces[sample_key(trace)] = trace if isinstance(trace.get("forwards"), list) else traces.get(sample_key(trace))
+        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
+            continue
+    return {key: trace for key, trace in traces.items() if trace is not None}
 
 
 def repair_tail(path: Path) -> None:

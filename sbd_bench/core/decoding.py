@@ -40,6 +40,10 @@ position masked again is open to the solver as before. ``reads_shadow`` appends 
 forwards from the block's second on (core/masks.py). A block takes at most ``max_block_forwards`` forwards:
 at the last one every position still masked is revealed from its logits (``forced_per_block``).
 
+Traces (``generate_batch(..., trace=True)``, docs/records.md, 'traces.jsonl'): one entry per forward a row
+works in (what was masked, revealed, masked again, the tokens after it, the proxies at the masked slots, what
+was committed, what verify judged); it costs one more device read per forward, and nothing when off.
+
 Every model call goes through ``Decoder.forward``: it is the one place NFE is counted. Tokens are chosen
 from logits in ``next_tokens`` (NTP's) and ``_choose`` (a block's), drafts judged in ``verify_drafts``
 (greedy) or ``_judge`` (sampled).
@@ -133,6 +137,8 @@ class _Row:
     fixed: int = 0  # the block's leading slots the core set (verified: NTP's token), never the solver's
     remasked: int = 0  # the block's positions masked again, and revealed by the core at the bound
     forced: int = 0
+    block_start: int = 0  # the output index of the block's first slot (traces)
+    trace: list[dict] | None = None  # one entry per forward the row works in, when traced
     open: bool = False  # whether the block goes on (the row has work in the next block forward)
     pending: list[int] = field(default_factory=list)  # verified: last committed token, then the drafts
     final: bool = False  # verified: the drafts end at a stop or the budget: verify them, draft no more
@@ -175,6 +181,7 @@ class Decoder:
         self.sampling = GREEDY  # the decode under way's (generate_batch sets it)
         self._draft_probs: torch.Tensor | None = None  # verified sampling: (B, w, V) what each draft was drawn from
         self._memory: _BlockMemory | None = None  # the blocks' history, for solvers that keep one
+        self._tracing = False  # the decode under way records a trace per row
 
     def new_cache(self, batch: int, positions: int):
         """An empty cache for ``batch`` rows that will hold at most ``positions`` columns."""
@@ -287,10 +294,11 @@ class Decoder:
         return self.generate_batch([prompt_ids], solver)[0]
 
     def generate_batch(self, prompts: list[list[int]], solver: Solver,
-                       seeds: list[int] | None = None) -> list[Generation]:
+                       seeds: list[int] | None = None, trace: bool = False) -> list[Generation]:
         """Decode ``prompts`` together (see the module docstring); one ``Generation`` per prompt. ``seeds``:
         each prompt's (a randomised solver's generator, sampling's stream); None: the decoder's seed for all.
-        A row's output depends on its prompt and seed only, not on the other rows."""
+        A row's output depends on its prompt and seed only, not on the other rows. ``trace``: each
+        ``Generation.trace`` holds its forwards (the module docstring)."""
         if not prompts:
             return []
         for ids in prompts:
@@ -304,6 +312,10 @@ class Decoder:
         rows = [_Row(len(p), min(self.max_new_tokens, self.context - len(p)), longest - len(p),
                      None if solver.deterministic else torch.Generator().manual_seed(seed),
                      None if self.sampling.greedy else DrawStream(seed)) for p, seed in zip(prompts, seeds)]
+        self._tracing = trace
+        if trace:
+            for r in rows:
+                r.trace = []
         pad_id = getattr(self.lm.tokenizer, "pad_token_id", None) or 0
         ids = torch.tensor([[pad_id] * r.pad + p for r, p in zip(rows, prompts)], dtype=torch.long, device=device)
         cache = self.new_cache(len(rows), longest + max(r.budget for r in rows) + 2 * k)
@@ -322,6 +334,8 @@ class Decoder:
             raise
         t2 = _clock(device)
         batch = len(rows)
+        if trace:
+            self._finish_traces(rows)
         return [Generation(
             output_ids=r.out, stop_reason=r.stop_reason, nfe=self.counters.row_nfe[b],
             prefill_forwards=int(r.prompt_len > 1), revealed_per_forward=r.revealed,
@@ -329,6 +343,7 @@ class Decoder:
             decode_time_s=(t2 - t1) / batch, output_text=self._text(r.out, r.stop_reason),
             **({name: r.blocks[name] for name in BLOCK_FIELDS[1:4]} if solver.verify else {}),
             **({name: r.blocks[name] for name in REVOKE_BLOCK_FIELDS} if solver.revokes else {}),
+            trace=r.trace,
         ) for b, r in enumerate(rows)]
 
     def _decode_ntp(self, rows: list[_Row], token: torch.Tensor, cache: KVCache) -> None:
@@ -338,9 +353,12 @@ class Decoder:
             logits = self.ntp_step(token, position, cache, self._key_pad(rows, cache, 1), working)  # (B, 1, V)
             token, position = self.next_tokens(logits, rows, working), position + 1  # (B, 1)
             picked = token.tolist()  # the forward's one device read
+            proxies = self._proxies(logits) if self._tracing else None
             for b in working:
                 r = rows[b]
                 r.out.append(picked[b][0])
+                if proxies is not None:
+                    self._trace(r, b, "ntp", len(r.out) - 1, [0], [0], [], [picked[b][0]], proxies[b])
                 cut, reason = self._stop(r.out, len(r.out), r.budget, first_new=len(r.out) - 1)
                 if cut is not None:
                     r.stop(cut, reason)
@@ -411,7 +429,7 @@ class Decoder:
                 r, c = rows[b], len(carried[b])
                 verdict = (verify_drafts(r.pending, ntp_host[b][n - c:]) if self.sampling.greedy
                            else sampled_verdict(r.pending, *ntp_host[b], r.final))
-                kept[b] = self._verify(r, verdict, c)
+                kept[b] = self._verify(r, verdict, c, self.counters.row_nfe[b])
             self._realign(cache, rows, carried, kept, n)
             # 2. the draft goes on, a forward of the blocks alone each time, until a row's block is full or a
             # stop or the budget among its drafts ends it (drafting, not generation)
@@ -440,7 +458,7 @@ class Decoder:
         for r, start in zip(rows, starts):
             r.size = 0 if r.stop_reason or r.final else min(self.block_size, self.context - start)
             r.reveal_step, r.open = ([first] + [-1] * (r.size - 1))[: r.size], r.size > 0
-            r.fixed, r.remasked, r.forced = int(first >= 0 and r.size > 0), 0, 0
+            r.fixed, r.remasked, r.forced, r.block_start = int(first >= 0 and r.size > 0), 0, 0, len(r.out)
         block = torch.full((len(rows), max(r.size for r in rows)), self.lm.mask_token_id, dtype=torch.long,
                            device=self.lm.device)
         if self._keeps_history:
@@ -485,8 +503,15 @@ class Decoder:
         dropped = host.pop() if remask is not None else None
         picked = host.pop()
         name = solver.name
+        proxies = self._proxies(logits[:, : block.shape[1]]) if self._tracing else None
         for b in working:
             r, row_picked = rows[b], picked[b]
+            if proxies is not None:
+                masked = [i for i, s in enumerate(r.reveal_step) if s == -1]
+                revealed = masked if forced else [i for i, c in enumerate(row_picked) if c]
+                revoked = [] if forced or dropped is None else [i for i, d in enumerate(dropped[b]) if d]
+                self._trace(r, b, "verify" if also else "block", r.block_start, masked,
+                            ([0] if also and r.fixed else []) + revealed, revoked, host[-1][b][: r.size], proxies[b])
             if any(c and s != -1 for c, s in zip(row_picked, r.reveal_step)):
                 raise SolverContractError(f"solver '{name}' revealed a position that was already revealed")
             if not any(row_picked):
@@ -572,6 +597,39 @@ class Decoder:
             memory.logits, memory.state = logits, state
         return chosen, remask, block
 
+    # ---------------------------------------------------------------------------------- traces
+    @staticmethod
+    def _proxies(logits: torch.Tensor) -> list:
+        """(B, w, 2) entropy and confidence of each slot's untempered distribution, as solvers see them, on the
+        host: a trace's one extra device read per forward."""
+        view = BlockView(logits, torch.ones(logits.shape[:2], dtype=torch.bool, device=logits.device))
+        return torch.stack([view.entropy, view.confidence], dim=-1).tolist()
+
+    def _trace(self, r: _Row, b: int, kind: str, start: int, masked: list[int], revealed: list[int],
+               revoked: list[int], tokens: list[int], proxies: list) -> None:
+        """One forward of row ``b``: the slots masked when it ran, those it revealed and masked again, the
+        block's tokens after it, the proxies (entropy, confidence) at the masked slots."""
+        mask, at = self.lm.mask_token_id, set(masked)
+        r.trace.append({
+            "n": self.counters.row_nfe[b], "kind": kind, "start": start, "size": len(tokens), "masked": masked,
+            "revealed": revealed, "revoked": revoked, "tokens": [-1 if t == mask else t for t in tokens],
+            "entropy": [round(e, 4) if i in at else None for i, (e, _) in enumerate(proxies[: len(tokens)])],
+            "confidence": [round(c, 4) if i in at else None for i, (_, c) in enumerate(proxies[: len(tokens)])],
+        })
+
+    def _finish_traces(self, rows: list[_Row]) -> None:
+        """The tokens each forward committed (``revealed_per_forward``, set once a block ends), and the text of
+        every token id in the trace."""
+        for r in rows:
+            for entry, committed in zip(r.trace, r.revealed):
+                entry["committed"] = committed
+        ids = {t for r in rows for entry in r.trace for t in entry["tokens"] if t >= 0}
+        pieces = {str(i): self.lm.tokenizer.decode([i]) for i in sorted(ids)}
+        for r in rows:
+            r.trace = {"pieces": {str(i): pieces[str(i)] for i in sorted({t for e in r.trace for t in e["tokens"]
+                                                                          if t >= 0})},
+                       "forwards": r.trace}
+
     def _working_slots(self, rows: list[_Row], working: list[int], block: torch.Tensor) -> torch.Tensor:
         """(B, w) bool: the slots of the working rows' blocks."""
         sizes = torch.tensor([rows[b].size if b in set(working) else 0 for b in range(len(rows))], device=block.device)
@@ -627,7 +685,7 @@ class Decoder:
             return next((i for i, s in enumerate(steps) if s != last), len(steps))
         return verifiable_drafts(steps)
 
-    def _verify(self, r: _Row, verdict: tuple[list[int], int, bool], carried: int) -> int:
+    def _verify(self, r: _Row, verdict: tuple[list[int], int, bool], carried: int, forward: int = 0) -> int:
         """After a block's first forward, one row: its drafts' ``verdict`` (``verify_drafts`` or
         ``sampled_verdict``), the tokens committed, a stop; the block ends here when a draft was replaced,
         the drafts were final or the row stopped (a block to draft would start elsewhere). Returns how many
@@ -638,6 +696,13 @@ class Decoder:
         first_new = len(r.out)
         r.out += new
         r.revealed.append(len(new))
+        r.block_start = len(r.out) - 1  # the new block's first slot: NTP's token after the carried ones
+        if r.trace is not None:
+            if not r.trace or r.trace[-1]["n"] != forward:  # a forward that opened no block for the row to draft
+                r.trace.append({"n": forward, "kind": "verify", "start": r.block_start, "size": 0, "masked": [],
+                                "revealed": [], "revoked": [], "tokens": [], "entropy": [], "confidence": []})
+            r.trace[-1].update(start=r.block_start, drafted=len(r.pending) - 1, accepted=accepted,
+                               rejected_slot=accepted + 1 if replaced and accepted < len(r.pending) - 1 else None)
         cut, reason = self._stop(r.out, len(r.out), r.budget, first_new=first_new)
         if cut is not None or replaced or r.final:
             r.end_block(forwards=1)

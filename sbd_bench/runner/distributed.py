@@ -95,13 +95,15 @@ def run_data_parallel(cfg, progress=None) -> Path | None:
     try:
         shard_dir = out / f".rank{rank}"
         status = {"rank": rank, "error": None, "usage_error": False}
-        records, summary = [], None
+        records, summary, traces = [], None, b""
         try:
             shard_cfg = replace(cfg, out=shard_dir, device=device, shard=(rank, world), report=False,
                                 cost_curve=cfg.cost_curve and rank == 0)  # one report, one cost curve: rank 0's
             run(shard_cfg, progress if rank == 0 else None)
             records = read_records(shard_dir / "samples.jsonl")
             summary = json.loads((shard_dir / "summary.json").read_text())
+            if (shard_dir / "traces.jsonl").exists():
+                traces = (shard_dir / "traces.jsonl").read_bytes()
         except UsageError as exc:
             status.update(error=str(exc), usage_error=True)
         except Exception as exc:  # noqa: BLE001 - reported by rank 0 for the whole run
@@ -109,7 +111,7 @@ def run_data_parallel(cfg, progress=None) -> Path | None:
             shard_dir.mkdir(parents=True, exist_ok=True)
             (shard_dir / "error.txt").write_text(traceback.format_exc())
         gathered = [None] * world if rank == 0 else None
-        dist.gather_object((status, records, summary), gathered, dst=0)
+        dist.gather_object((status, records, summary, traces), gathered, dst=0)
         outcome = [None]
         if rank == 0:
             outcome[0] = _write_merged(out, gathered, cfg, world)
@@ -138,7 +140,7 @@ def _write_merged(out: Path, gathered: list, cfg, world: int) -> str | None:
     from ..analysis.records import RecordWriter
     from .harness import write_summary
 
-    statuses = [status for status, _, _ in gathered]
+    statuses = [status for status, _, _, _ in gathered]
     failures = [s for s in statuses if s["error"]]
     errors = {s["error"] for s in failures}
     if failures and len(failures) == world and len(errors) == 1 and failures[0]["usage_error"]:
@@ -146,10 +148,13 @@ def _write_merged(out: Path, gathered: list, cfg, world: int) -> str | None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "samples.jsonl").unlink(missing_ok=True)
     writer = RecordWriter(out / "samples.jsonl")
-    for record in merge_in_order([recs for _, recs, _ in gathered]):
+    for record in merge_in_order([recs for _, recs, _, _ in gathered]):
         writer.write(record)
     writer.close()
-    summaries = [summary for _, _, summary in gathered]
+    traces = b"".join(lines for _, _, _, lines in gathered)
+    if traces:
+        (out / "traces.jsonl").write_bytes(traces)
+    summaries = [summary for _, _, summary, _ in gathered]
     base = next((summary for summary in summaries if summary), None) or {"provenance": {}}
     provenance = dict(base.get("provenance", {}))
     provenance["config"] = {**provenance.get("config", {}), "out": str(out), "shard": None}

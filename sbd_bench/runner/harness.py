@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from ..analysis import metrics
-from ..analysis.records import (SAMPLES, SUMMARY, RecordWriter, RunFolderError, RunFolderLock,
+from ..analysis.records import (SAMPLES, SUMMARY, TRACES, RecordWriter, RunFolderError, RunFolderLock,
                                 prepare_output_folder, read_records, read_summary, remove_empty_folders, repair_tail,
                                 write_json_atomic)
 from ..analysis.report import check_report_folder, write_report
@@ -45,7 +45,8 @@ from ..types import SCHEMA_VERSION, Example, Solver, Task, UsageError
 from .batches import batched_records, warm_up_batches
 from .costcurve import measure_cost_curve
 from .memory import nvml_for
-from .samples import Planned, RunConfig, is_sampled, measure_sample, prompt_hash, sample_seed, use_fast_path
+from .samples import (Planned, RunConfig, is_sampled, measure_sample, prompt_hash, sample_seed, trace_sample,
+                      use_fast_path)
 
 MODEL_CONFIG_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                      "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings", "tie_word_embeddings")
@@ -339,6 +340,7 @@ def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list
     torch.set_num_threads(threads)
     torch.manual_seed(cfg.seed)
     work = plan_work(cfg, tasks, lm)
+    traced = traced_examples(work, cfg.trace)  # before sharding: the first examples of each task, on every rank
     if cfg.shard is not None:  # torchrun: this rank's share, examples rank, rank + world, ... (distributed.py
         rank, world = cfg.shard  # has checked that every rank gets one)
         work = work[rank::world]
@@ -384,7 +386,7 @@ def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list
             warm_up(lm, work, solvers, cfg)
         if cfg.cost_curve and not summary.get("cost_curve"):
             _measure_cost_curve(lm, work, cfg, summary)
-        _sweep(lm, todo, cfg, out, summary, len(planned), len(planned) - len(todo), progress)
+        _sweep(lm, todo, cfg, out, summary, len(planned), len(planned) - len(todo), progress, traced)
     except BrokenPipeError:  # the reader of the progress went away (`run ... 2>&1 | head`): stopped after the
         if cfg.report and read_records(out / SAMPLES):  # sample in hand; the report is written as for a
             write_report(out)  # finished run, and it and the summary say how to resume
@@ -402,8 +404,24 @@ def _unknown_warning(unknown: dict, model: str) -> str:
             f"prompts without them)")
 
 
-def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progress: Progress) -> None:
-    writer = RecordWriter(out / SAMPLES)
+def traced_examples(work, count: int | None) -> set[tuple[str, str]] | None:
+    """(task, example id) of the examples whose samples are traced: the first ``count`` of each task; None:
+    every one."""
+    if count is None:
+        return None
+    seen: Counter = Counter()
+    chosen = set()
+    for task, example, _ in work:
+        if seen[task.name] < count:
+            chosen.add((task.name, str(example.id)))
+        seen[task.name] += 1
+    return chosen
+
+
+def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progress: Progress,
+           traced: set | None = None) -> None:
+    writer, tracer = RecordWriter(out / SAMPLES), None
+    items = {item.key: item for item in todo}
     if cfg.batch_size > 1:
         records = batched_records(lm, todo, cfg)
     else:
@@ -412,10 +430,17 @@ def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progr
     progress.start(total, done)
     try:
         for record in records:
+            item = items[metrics.sample_key(record)]
+            if not record["error"] and item.repeat == 0 and item.sample == 0 and (
+                    traced is None or (item.task.name, str(item.example.id)) in traced):
+                tracer = tracer or RecordWriter(out / TRACES)
+                tracer.write(trace_sample(lm, item, cfg))  # before the record: a resumed run traces it again
             writer.write(record)
             progress.update(record)
     finally:
         writer.close()
+        if tracer is not None:
+            tracer.close()
         progress.close()
         if use_fast_path(cfg, lm):  # which way the forwards ran (compiled CUDA graphs, or why not), and
             path = FastPath.for_model(lm, cfg.compile)  # what compiling and capturing cost (warm-up)

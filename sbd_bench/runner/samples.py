@@ -63,6 +63,7 @@ class RunConfig:
     samples: int = 1  # decodes of each example per configuration (N of pass@k)
     pass_k: int | None = None  # the k of pass@k (None: N)
     exact: bool = False  # every row computed alone (core/exact.py); a different configuration for compare
+    trace: int | None = 2  # traces.jsonl: the first N examples of each task (repeat 0, sample 0); None: every sample
 
     def __post_init__(self):
         if not 0 <= self.seed < 2 ** 64:  # torch's seed range (it raises an overflow error past it)
@@ -91,6 +92,8 @@ class RunConfig:
         problem = sampling_problem(self.temperature, self.top_p, self.top_k)
         if problem:
             raise SamplingError(f"--{problem[0].replace('_', '-')} {problem[1]}")
+        if self.trace is not None and self.trace < 0:
+            raise UsageError(f"--trace must be a count >= 0 or 'all' (got {self.trace}); 0 traces nothing")
         if self.samples < 1:
             raise SamplingError(f"--samples must be >= 1 (got {self.samples}); 1 decodes each example once")
         if self.pass_k is not None and not 1 <= self.pass_k <= self.samples:
@@ -211,6 +214,15 @@ def sample_record(task: Task, example: Example, prompt_ids: list[int], solver: S
         "peak_memory_bytes": memory["peak_memory_bytes"], "peak_memory_source": memory["peak_memory_source"],
         "memory": memory, "score_detail": detail, "batch_size": batch_size,
     }
+
+
+def trace_sample(lm: LoadedModel, item: Planned, cfg: RunConfig) -> dict:
+    """The per-forward trace of a planned sample: decoded again, alone, with the trace on (the timed decode
+    stays untraced), keyed like its record (docs/records.md, 'traces.jsonl')."""
+    gen = make_decoder(lm, item.task, cfg, item.seed).generate_batch([item.ids], item.solver, trace=True)[0]
+    drawn = {} if item.seed is None else {"sample": item.sample}
+    return {"task": item.task.name, "id": item.example.id, "config": item.solver.label, "repeat": item.repeat,
+            **drawn, "block_size": cfg.block_size, "output_ids": gen.output_ids, **gen.trace}
 
 
 def failed_sample(task: Task, example: Example, prompt_ids: list[int], solver: Solver, cfg: RunConfig,

@@ -135,8 +135,8 @@ class _Row:
     size: int = 0  # the block under way: its slots, the forward that revealed each (-1: masked)
     reveal_step: list[int] = field(default_factory=list)
     fixed: int = 0  # the block's leading slots the core set (verified: NTP's token), never the solver's
-    remasked: int = 0  # the block's positions masked again, and revealed by the core at the bound
-    forced: int = 0
+    remasked: int = 0  # the block's positions masked again
+    forced: int = 0  # the block's positions the core revealed at the bound
     block_start: int = 0  # the output index of the block's first slot (traces)
     trace: list[dict] | None = None  # one entry per forward the row works in, when traced
     open: bool = False  # whether the block goes on (the row has work in the next block forward)
@@ -580,11 +580,9 @@ class Decoder:
                 state[idx, :size] = kept
             if self.sampling.greedy:
                 tokens[idx, :size] = view.tokens
-        unmasked = block != self.lm.mask_token_id
-        revealed = chosen | ~unmasked if forced else chosen  # forced: every masked slot (idle rows' none: filler)
-        if forced:
-            revealed &= self._working_slots(rows, working, block)
-            remask = None
+        revealed = chosen
+        if forced:  # every masked slot of the working rows (an idle row's masked slots are filler)
+            revealed, remask = (chosen | (block == self.lm.mask_token_id)) & self._working_slots(rows, working, block), None
         if not self.sampling.greedy:
             tokens = self._draw_block(logits, rows, working, revealed, solver.verify, step)
         block = torch.where(revealed, tokens, block)
@@ -632,7 +630,8 @@ class Decoder:
 
     def _working_slots(self, rows: list[_Row], working: list[int], block: torch.Tensor) -> torch.Tensor:
         """(B, w) bool: the slots of the working rows' blocks."""
-        sizes = torch.tensor([rows[b].size if b in set(working) else 0 for b in range(len(rows))], device=block.device)
+        working = set(working)
+        sizes = torch.tensor([r.size if b in working else 0 for b, r in enumerate(rows)], device=block.device)
         return torch.arange(block.shape[1], device=block.device) < sizes[:, None]
 
     @staticmethod

@@ -31,22 +31,17 @@ def traced_run(tmp_path_factory):
     return out
 
 
-def rebuilt_output(trace: dict) -> list[int]:
-    """The output as the trace tells it: NTP's token per forward; a block's tokens, as its last forward left
-    them, up to what it committed; a verified row's tokens as the verify forwards committed them."""
-    out, forwards = [], trace["forwards"]
+def rebuilt_output(trace: dict) -> list[int] | None:
+    """The output as the blocks' tokens tell it (unverified block solvers): each block's tokens as its last
+    forward left them, as many as it committed."""
+    forwards = trace["forwards"]
+    if any(e["kind"] != "block" for e in forwards):
+        return None
     by_start: dict[int, list[dict]] = {}
     for entry in forwards:
-        if entry["kind"] == "ntp":
-            out += entry["tokens"][: entry["committed"]]
-        else:
-            by_start.setdefault(entry["start"], []).append(entry)
-    if any(e["kind"] == "verify" for e in forwards):
-        return None  # verified rows: checked through their verdicts instead
-    for start in sorted(by_start):
-        block = by_start[start]
-        out += block[-1]["tokens"][: sum(e["committed"] for e in block)]
-    return out
+        by_start.setdefault(entry["start"], []).append(entry)
+    return [t for start in sorted(by_start) for t in by_start[start][-1]["tokens"][
+        : sum(len(e["committed"]) for e in by_start[start])]]
 
 
 def test_every_traced_sample_agrees_with_its_record(traced_run):
@@ -59,8 +54,7 @@ def test_every_traced_sample_agrees_with_its_record(traced_run):
         forwards = trace["forwards"]
         assert trace["output_ids"] == rec["output_ids"]
         assert [e["n"] for e in forwards] == list(range(1, rec["nfe"] + 1))  # one entry per forward, in order
-        assert [e["committed"] for e in forwards] == rec["revealed_per_forward"]
-        assert sum(e["committed"] for e in forwards) == rec["tokens"]
+        assert [t for e in forwards for t in e["committed"]] == rec["output_ids"]  # joined: the output
         for e in forwards:
             assert set(e["revealed"]) <= set(e["masked"]) | ({0} if e["kind"] == "verify" else set())
             assert len(e["tokens"]) == e["size"] == len(e["entropy"]) == len(e["confidence"])

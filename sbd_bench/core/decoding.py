@@ -359,6 +359,7 @@ class Decoder:
                 r.out.append(picked[b][0])
                 if proxies is not None:
                     self._trace(r, b, "ntp", len(r.out) - 1, [0], [0], [], [picked[b][0]], proxies[b])
+                    r.trace[-1]["added"] = 1
                 cut, reason = self._stop(r.out, len(r.out), r.budget, first_new=len(r.out) - 1)
                 if cut is not None:
                     r.stop(cut, reason)
@@ -386,6 +387,8 @@ class Decoder:
                         continue
                     kept = max(0, cut - len(r.out))  # the block's tokens are committed at its end
                     r.out += tokens[b][:kept]
+                    if r.trace is not None:
+                        r.trace[-1]["added"] = kept
                     r.revealed += [r.reveal_step[:kept].count(s) for s in range(step)]
                     r.end_block(forwards=step)
                     if reason != "block_done":
@@ -616,11 +619,14 @@ class Decoder:
         })
 
     def _finish_traces(self, rows: list[_Row]) -> None:
-        """The tokens each forward committed (``revealed_per_forward``, set once a block ends), and the text of
-        every token id in the trace."""
+        """The tokens each forward added to the output (``committed``: an NTP forward its token, a block's last
+        forward the block's tokens, a verify forward the accepted drafts and NTP's token; joined in order they
+        are the output, a stop's cut included), and the text of every token id in the trace."""
         for r in rows:
-            for entry, committed in zip(r.trace, r.revealed):
-                entry["committed"] = committed
+            at = 0
+            for entry in r.trace:
+                added = entry.pop("added", 0)
+                entry["committed"], at = r.out[at : at + added], at + added
         ids = {t for r in rows for entry in r.trace for t in entry["tokens"] if t >= 0}
         pieces = {str(i): self.lm.tokenizer.decode([i]) for i in sorted(ids)}
         for r in rows:
@@ -700,7 +706,7 @@ class Decoder:
             if not r.trace or r.trace[-1]["n"] != forward:  # a forward that opened no block for the row to draft
                 r.trace.append({"n": forward, "kind": "verify", "start": r.block_start, "size": 0, "masked": [],
                                 "revealed": [], "revoked": [], "tokens": [], "entropy": [], "confidence": []})
-            r.trace[-1].update(start=r.block_start, drafted=len(r.pending) - 1, accepted=accepted,
+            r.trace[-1].update(start=r.block_start, added=len(new), drafted=len(r.pending) - 1, accepted=accepted,
                                rejected_slot=accepted + 1 if replaced and accepted < len(r.pending) - 1 else None)
         cut, reason = self._stop(r.out, len(r.out), r.budget, first_new=first_new)
         if cut is not None or replaced or r.final:

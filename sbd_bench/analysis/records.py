@@ -116,6 +116,7 @@ FIELD_TYPES = {
     "peak_memory_bytes": (lambda v: v is None or _count(v), "an integer >= 0 or null"),
     "memory": (lambda v: v is None or isinstance(v, dict), "an object or null"),
     "prompt_hash": (_text_or_none, "a string or null"),
+    "prompt": (_text_or_none, "a string or null"),
     "batch_size": (lambda v: _count(v) and v >= 1, "an integer >= 1"),
 }
 

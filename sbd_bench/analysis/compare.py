@@ -241,7 +241,7 @@ def summary_markdown(rows: list[dict], regressions: list[str], notes: list[str],
                      tol: dict) -> str:
     """The comparison as a CI job summary: status, regressions, improvements, unchanged rows (folded), notes."""
     groups = {status: [r for r in rows if r["status"] == status] for status in ("regression", "improvement", "unchanged")}
-    status = f"FAIL, {len(regressions)} regression(s)" if regressions else "pass"
+    status = f"FAIL, {len(groups['regression'])} row(s) regressed" if regressions else "pass"
     lines = [f"{SUMMARY_TITLE}{status}", "",
              f"`{run}` against the baseline `{baseline}`: {len(rows)} configuration x task row(s) compared; tolerances: "
              f"NFE {100 * tol['nfe']:g}%, tokens per forward {100 * tol['tpf']:g}%, accuracy {tol['accuracy']:g}, "

@@ -116,7 +116,7 @@ def test_hand_written_traces_add_up_to_their_records(tmp_path):
 
 
 @pytest.mark.parametrize("line, says", [
-    ('{"task": "copy"', "is not a JSON line"),
+    ('{"task": "copy"', "is not valid JSON: the traces are damaged"),
     ('{"task": "copy", "id": "0", "config": "ntp", "block_size": 4, "pieces": {}}', "lacks forwards"),
     (None, "forward 2 field 'kind' is \"draft\""),
 ])

@@ -141,26 +141,33 @@ def read_records(path: Path) -> list[dict]:
     """Every complete line of a samples file, each checked field by field (``check_record``). A last
     line cut short by a killed process is skipped (``repair_tail`` removes it before more are
     appended); a bad line elsewhere is an error naming the file and the line."""
+    return read_json_lines(path, check_record, "the records are damaged; delete that line or re-run into a new folder")
+
+
+def read_json_lines(path: Path, check: Callable[[object, str], None], damaged: str) -> list:
+    """Every complete line of a JSON-lines file ([] when there is none), each checked by ``check(value,
+    "file:line")``. A last line cut short by a killed process is skipped; a line elsewhere that is not
+    UTF-8 JSON is an error naming the file and the line, then ``damaged`` (what to do about it)."""
+    path = Path(path)
     if not path.exists():
         return []
     lines = path.read_bytes().splitlines(keepends=True)
-    records = []
+    values = []
     for number, raw in enumerate(lines, start=1):
         last_cut = number == len(lines) and not raw.endswith(b"\n")
         try:
             line = raw.decode("utf-8")
             if not line.strip():
                 continue
-            record = json.loads(line)
+            value = json.loads(line)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             if last_cut:
                 break  # a write interrupted mid-line
             what = "is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "is not valid JSON"
-            raise RunFolderError(f"{path}:{number} {what}: the records are damaged; "
-                                 f"delete that line or re-run into a new folder") from None
-        check_record(record, f"{path}:{number}")
-        records.append(record)
-    return records
+            raise RunFolderError(f"{path}:{number} {what}: {damaged}") from None
+        check(value, f"{path}:{number}")
+        values.append(value)
+    return values
 
 
 def repair_tail(path: Path) -> None:

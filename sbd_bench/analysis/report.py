@@ -496,7 +496,7 @@ def cmd_report(args) -> int:
 
 
 def add_cli(subparsers) -> None:
-    p = subparsers.add_parser("report", help="tables (Markdown, CSV) and plots (PNG) of a run folder")
+    p = subparsers.add_parser("report", help="tables (Markdown, CSV), plots (PNG) and report.html of a run folder")
     p.add_argument("run_dir", help="a run folder written by `run`")
     p.add_argument("--out", default=None, help="where to write (default: the run folder)")
     p.set_defaults(func=cmd_report)

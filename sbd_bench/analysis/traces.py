@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 
 from .metrics import sample_key
-from .records import FIELD_TYPES, RunFolderError
+from .records import FIELD_TYPES, RunFolderError, read_json_lines
 
 TRACES = "traces.jsonl"
 FORWARD_KINDS = ("ntp", "block", "verify")
@@ -104,25 +104,8 @@ def check_trace(trace, where: str) -> None:
 def read_traces(path: Path) -> list[dict]:
     """Every complete line of a traces file, each checked (``check_trace``); [] when there is no file. A
     last line cut short by a killed process is skipped, a bad line elsewhere is an error naming it."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    lines = path.read_bytes().splitlines(keepends=True)
-    traces = []
-    for number, raw in enumerate(lines, start=1):
-        try:
-            line = raw.decode("utf-8")
-            if not line.strip():
-                continue
-            trace = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            if number == len(lines) and not raw.endswith(b"\n"):
-                break  # a write interrupted mid-line
-            raise RunFolderError(f"{path}:{number} is not a JSON line: the traces are damaged; delete that line "
-                                 f"(the report then shows that sample without its timeline)") from None
-        check_trace(trace, f"{path}:{number}")
-        traces.append(trace)
-    return traces
+    return read_json_lines(path, check_trace, "the traces are damaged; delete that line (the report then shows "
+                                              "that sample without its timeline)")
 
 
 def trace_key(trace: dict) -> tuple:

@@ -107,13 +107,14 @@ def _examples(records: list[dict], tasks: list[str], names: list[str], traced: s
     [correct, nfe, tokens, correct samples, samples with a verdict, output text or None, error or None]
     of its first sample and repeat. Output text within ``OUTPUT_BUDGET`` (traced examples always)."""
     examples: dict[tuple, dict] = {}
+    column = {name: i for i, name in enumerate(names)}
     for r in records:
         key = (r["task"], str(r["id"]))
         ex = examples.setdefault(key, {"id": str(r["id"]), "prompt": None, "answer": None,
                                        "cells": [None] * len(names), "texts": {}})
         ex["prompt"] = ex["prompt"] or r.get("prompt")
         ex["answer"] = ex["answer"] if ex["answer"] is not None else r.get("answer")
-        i = names.index(r["config"])
+        i = column[r["config"]]
         cell = ex["cells"][i]
         if r.get("repeat", 0) != 0:
             continue  # repeats time the same decode again: same output, same verdict
@@ -126,9 +127,9 @@ def _examples(records: list[dict], tasks: list[str], names: list[str], traced: s
             cell[0], cell[1], cell[2], cell[6] = verdict, r["nfe"], r["tokens"], r.get("error")
             ex["texts"][i] = r.get("output_text") or ""
     by_task = {task: [ex for (t, _), ex in examples.items() if t == task] for task in tasks}
-    # round robin over the tasks: each task's first examples come first
-    order = [ex for rank in range(max(map(len, by_task.values()), default=0)) for exs in by_task.values()
-             if rank < len(exs) for ex in [exs[rank]]]
+    order = []  # round robin over the tasks: each task's first examples come first
+    for rank in range(max(map(len, by_task.values()), default=0)):
+        order += [exs[rank] for exs in by_task.values() if rank < len(exs)]
     used, omitted = 0, 0
     for task in tasks:
         for ex in by_task[task]:

@@ -472,6 +472,7 @@ SAMPLE_FIELDS = (
     "drafted_per_block", "accepted_per_block", "replaced_per_block",
     "wall_time_s", "prefill_time_s", "decode_time_s", "correct", "answer", "error",
     "peak_memory_bytes", "peak_memory_source", "memory", "prompt_hash", "score_detail", "batch_size",
+    "prompt",  # the example's prompt text as the task gives it (before any chat template): the report shows it
 )
 
 # Fields that follow "repeat" in the records of sampled configurations only (temperature > 0, or --samples N

@@ -115,3 +115,32 @@ def test_changed_prompts_cannot_be_compared(tmp_path, capsys):
 
     code, _, err = compare(capsys, base, run_with(tmp_path, new_prompt, records=records))
     assert code == 2 and "1 shared example(s) have different prompts" in err and "copy/3" in err
+
+
+def test_markdown_summary_lists_regressions_then_improvements_then_unchanged(baseline, tmp_path, capsys):
+    def changed(records):
+        pick(records, EB)["nfe"] += 1  # a regression of EB on arith
+        for r in records:
+            if r["config"] == "fixed_k:k=4" and r["task"] == "copy":
+                r["decode_time_s"] /= 2  # twice as fast: an improvement beyond --wall-tol
+            if r["config"] == "fixed_k:k=4" and r["task"] == "arith" and r["id"] == "1":
+                r["correct"] = True  # 2 more correct within --accuracy-tol 0.25: an improvement too
+
+    run = run_with(tmp_path, changed)
+    out = tmp_path / "summary.md"
+    code, stdout, err = compare(capsys, baseline, run, "--format", "markdown", "--out", out, "--accuracy-tol", "0.25")
+    assert code == 1 and f"REGRESSION: {EB} on arith: nfe" in err  # exit status and stderr as with the table
+    assert json.loads(stdout.strip().splitlines()[-1]) == {"status": "fail", "regressions": 2, "compared": 6}  # nfe, tok/fwd
+    text = out.read_text()
+    assert text == stdout[:stdout.rindex("\n{")].rstrip("\n") + "\n"
+    assert text.startswith("## sbd_bench compare: FAIL, 1 row(s) regressed")
+    sections = [line for line in text.splitlines() if line.startswith("### ")]
+    assert sections == ["### Regressions (1)", "### Improvements (2)", "### Unchanged (3)"]
+    improvements = text[text.index("### Improvements"):text.index("### Unchanged")]
+    assert "| fixed_k:k=4 | copy |" in improvements and "speed_factor_wall" in improvements
+    assert "| fixed_k:k=4 | arith |" in improvements and "accuracy 0.6 -> 0.8" in improvements
+    assert f"| {EB} | arith |" in text[:text.index("### Improvements")]
+    assert "<details>" in text[text.index("### Unchanged"):]
+    # the file it wrote may be written again; the same check passes against itself
+    assert compare(capsys, baseline, baseline, "--format", "markdown", "--out", out)[0] == 0
+    assert out.read_text().startswith("## sbd_bench compare: pass")

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from sbd_bench.analysis.metrics import sample_key
-from sbd_bench.analysis.records import read_records, read_traces
+from sbd_bench.analysis.records import read_records
+from sbd_bench.analysis.traces import read_traces, trace_key, trace_problems
 from sbd_bench.runner.harness import RunConfig, run
 from sbd_bench.tasks import expand_tasks
 
@@ -46,13 +47,14 @@ def rebuilt_output(trace: dict) -> list[int] | None:
 
 def test_every_traced_sample_agrees_with_its_record(traced_run):
     records = {sample_key(r): r for r in read_records(traced_run / "samples.jsonl")}
-    traces = read_traces(traced_run / "traces.jsonl")
+    traces = {trace_key(t): t for t in read_traces(traced_run / "traces.jsonl")}
     assert set(traces) == set(records)  # --trace all: every sample
     seen = {"accepted": 0, "remasked": 0, "verify": 0}
     for key, trace in traces.items():
         rec = records[key]
         forwards = trace["forwards"]
         assert trace["output_ids"] == rec["output_ids"]
+        assert trace_problems(trace, rec) == []  # what the report checks: it adds up to its record
         assert [e["n"] for e in forwards] == list(range(1, rec["nfe"] + 1))  # one entry per forward, in order
         assert [t for e in forwards for t in e["committed"]] == rec["output_ids"]  # joined: the output
         for e in forwards:
@@ -80,7 +82,7 @@ def test_the_default_traces_the_first_examples_of_each_task_and_resumes(tmp_path
     cfg = RunConfig(model="sbd-tiny", tasks=["arith", "tag"], solvers="ntp+entropy_bounded", out=out, limit=3,
                     device="cpu", dtype="float32", cost_curve=False, report=False, threads=1)
     run(cfg)
-    traces = read_traces(out / "traces.jsonl")
+    traces = {trace_key(t): t for t in read_traces(out / "traces.jsonl")}
     assert {(t, i) for _, t, i, _, _ in traces} == {("arith", "test-0"), ("arith", "test-1"), ("tag", "test-0"),
                                                      ("tag", "test-1")}
     assert len(traces) == 8
@@ -93,7 +95,7 @@ def test_the_default_traces_the_first_examples_of_each_task_and_resumes(tmp_path
     (out / "summary.json").write_text(json.dumps(summary))
     run(cfg, resume=True)
     assert len((out / "traces.jsonl").read_text().splitlines()) > 8
-    assert read_traces(out / "traces.jsonl").keys() == traces.keys()
+    assert {trace_key(t) for t in read_traces(out / "traces.jsonl")} == traces.keys()
     assert len(read_records(out / "samples.jsonl")) == 12
 
 

@@ -14,7 +14,10 @@ with like), then summarised with the same metrics. Per configuration x task it f
                            the baseline's was 1, or at all with --exact; below 1 in both runs without --exact
                            (rounding at near ties, bf16 most) it is a note, not a regression
 and when the run has a configuration the baseline lacks (refresh the baseline deliberately, see the
-docs/measurement.md). Runs with and without --exact are not compared (refused): their timings measure
+docs/measurement.md). A row that did not regress improved when a figure moved the better way (accuracy or
+pass@k up, NFE down, tokens per forward up, fewer errors: within the tolerances; the wall-clock speed
+factor up by more than --wall-tol), else it is unchanged. ``--format markdown`` writes a summary for a CI
+job page: the status, then the regressions, the improvements and the unchanged rows, then the notes. Runs with and without --exact are not compared (refused): their timings measure
 different kernels. Greedy decoding makes NFE, tokens and accuracy deterministic on one machine; so do sampled
 configurations whose samples have the same seeds: NFE, tokens per forward, accuracy and pass@k are gated
 only where the two runs hold the same samples (N) with the same seeds (the same --seed), and a note says
@@ -75,6 +78,27 @@ def compare_rows(base_row: dict, run_row: dict, tol: dict, same_draws: bool = Tr
     return problems
 
 
+def improvements(base_row: dict, run_row: dict, tol: dict, same_draws: bool = True) -> list[str]:
+    """The figures of a row that moved the better way (read only where ``compare_rows`` found no regression)."""
+    better = []
+    if same_draws:
+        for name, sign in (("nfe", -1), ("tokens_per_forward", 1)):
+            change = _rel(base_row[name], run_row[name])
+            if change is not None and sign * change > EPS:
+                better.append(f"{name} {base_row[name]:.3f} -> {run_row[name]:.3f} ({100 * change:+.1f}%)")
+        for name, shown in (("accuracy", "accuracy"), ("pass_at_k", f"pass@{run_row.get('pass_k')}")):
+            a, b = base_row.get(name), run_row.get(name)
+            if a is not None and b is not None and b - a > EPS:
+                better.append(f"{shown} {a} -> {b}")
+    change = _rel(base_row["speed_factor_wall"], run_row["speed_factor_wall"])
+    if change is not None and change > tol["wall"] + EPS:
+        better.append(f"speed_factor_wall {base_row['speed_factor_wall']:.2f} -> {run_row['speed_factor_wall']:.2f} "
+                      f"({100 * change:+.0f}%)")
+    if run_row["errors"] < base_row["errors"]:
+        better.append(f"errors {base_row['errors']} -> {run_row['errors']}")
+    return better
+
+
 def ntp_mismatch(row: dict) -> float:
     """The share of a greedy verified row's examples whose output differs from NTP's (0 for other rows;
     sampled verified output is distributed as NTP's, not equal to it)."""
@@ -83,8 +107,9 @@ def ntp_mismatch(row: dict) -> float:
     return 1 - match if is_verified(row) and greedy and match is not None and match < 1 - EPS else 0.0
 
 
-def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[list[str]], list[str], list[str]]:
-    """(table body, regressions, notes) for a run against a baseline."""
+def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[dict], list[str], list[str]]:
+    """(rows, regressions, notes) for a run against a baseline; each row: ``cells`` (a line of the
+    table, ``HEADER``), ``status`` (regression, improvement or unchanged) and ``changes`` (why)."""
     base_summary, base_records = load_run(baseline_dir)
     run_summary, run_records = load_run(run_dir)
     shared = {example_key(r) for r in base_records} & {example_key(r) for r in run_records}
@@ -111,8 +136,9 @@ def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[lis
         if base is None:
             regressions.append(f"{key[0]} on {key[1]}: missing from the baseline {baseline_dir}; refresh the "
                                f"baseline deliberately (docs/measurement.md) or drop it from the run")
-            body.append([key[0], key[1], "-", _f(row["nfe"]), "-", _f(row["accuracy"]), "-", _f(row["tokens_per_forward"]),
-                         "-", _f(row["speed_factor_wall"]), "MISSING IN BASELINE"])
+            body.append({"cells": [key[0], key[1], "-", _f(row["nfe"]), "-", _f(row["accuracy"]), "-",
+                                   _f(row["tokens_per_forward"]), "-", _f(row["speed_factor_wall"]), "MISSING IN BASELINE"],
+                         "status": "regression", "changes": ["missing from the baseline"]})
             continue
         same_draws = _same_draws(base, row, base_draws.get(key, {}), run_draws.get(key, {}))
         if not same_draws:
@@ -124,9 +150,12 @@ def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[lis
             notes.append(f"{key[0]} on {key[1]}: verified output differs from NTP's on {100 * ntp_mismatch(row):.1f}% "
                          f"of examples (baseline {100 * ntp_mismatch(base):.1f}%): rounding at near ties; --exact "
                          f"removes it")
-        body.append([key[0], key[1], _f(base["nfe"]), _f(row["nfe"]), _f(base["accuracy"]), _f(row["accuracy"]),
-                     _f(base["tokens_per_forward"]), _f(row["tokens_per_forward"]), _f(base["speed_factor_wall"]),
-                     _f(row["speed_factor_wall"]), "FAIL" if problems else "ok"])
+        better = [] if problems else improvements(base, row, tol, same_draws)
+        body.append({"cells": [key[0], key[1], _f(base["nfe"]), _f(row["nfe"]), _f(base["accuracy"]), _f(row["accuracy"]),
+                               _f(base["tokens_per_forward"]), _f(row["tokens_per_forward"]),
+                               _f(base["speed_factor_wall"]), _f(row["speed_factor_wall"]), "FAIL" if problems else "ok"],
+                     "status": "regression" if problems else "improvement" if better else "unchanged",
+                     "changes": problems or better})
     for key in sorted({(r["config"], r["task"]) for r in base_records} - run_rows.keys()):
         notes.append(f"{key[0]} on {key[1]} is in the baseline but not in this run (not compared)")
     return body, regressions, notes
@@ -196,6 +225,41 @@ def _f(value) -> str:
 HEADER = ["config", "task", "nfe base", "nfe run", "acc base", "acc run", "tok/fwd base", "tok/fwd run",
           "wall x base", "wall x run", "status"]
 TABLE_START = "| " + " | ".join(HEADER[:2]) + " |"  # how compare knows an --out file it wrote before
+SUMMARY_TITLE = "## sbd_bench compare: "  # the same, for --format markdown
+
+
+def table(rows: list[dict], with_changes: bool = False) -> str:
+    header = HEADER[:-1] + ["what changed"] if with_changes else HEADER
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = row["cells"][:-1] + ["; ".join(row["changes"])] if with_changes else row["cells"]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def summary_markdown(rows: list[dict], regressions: list[str], notes: list[str], baseline: Path, run: Path,
+                     tol: dict) -> str:
+    """The comparison as a CI job summary: status, regressions, improvements, unchanged rows (folded), notes."""
+    groups = {status: [r for r in rows if r["status"] == status] for status in ("regression", "improvement", "unchanged")}
+    status = f"FAIL, {len(groups['regression'])} row(s) regressed" if regressions else "pass"
+    lines = [f"{SUMMARY_TITLE}{status}", "",
+             f"`{run}` against the baseline `{baseline}`: {len(rows)} configuration x task row(s) compared; tolerances: "
+             f"NFE {100 * tol['nfe']:g}%, tokens per forward {100 * tol['tpf']:g}%, accuracy {tol['accuracy']:g}, "
+             f"wall-clock speed factor -{100 * tol['wall']:g}%.", ""]
+    for status, title in (("regression", "Regressions"), ("improvement", "Improvements")):
+        lines += [f"### {title} ({len(groups[status])})", ""]
+        lines += [table(groups[status], with_changes=True), ""] if groups[status] else ["None.", ""]
+    lines += [f"### Unchanged ({len(groups['unchanged'])})", ""]
+    if groups["unchanged"]:
+        lines += [f"<details><summary>{len(groups['unchanged'])} row(s)</summary>", "", table(groups["unchanged"]), "",
+                  "</details>", ""]
+    else:
+        lines += ["None.", ""]
+    findings = [r for r in regressions if not any(r.startswith(f"{row['cells'][0]} on {row['cells'][1]}: ")
+                                                  for row in groups["regression"])]
+    if notes or findings:
+        lines += ["### Notes", "", *(f"- {line}" for line in findings + notes), ""]
+    return "\n".join(lines)
 
 
 def cmd_compare(args) -> int:
@@ -207,19 +271,24 @@ def cmd_compare(args) -> int:
         raise UsageError(f"--accuracy-tol is an absolute change of accuracy, from 0 to 1 (got {tol['accuracy']}): "
                          f"for {tol['accuracy']:g} points write --accuracy-tol {tol['accuracy'] / 100:g}")
     if args.out:  # a comparison written before may be replaced; a run's records or any other file may not
-        check_output_file(Path(args.out), "compare.md", lambda path: starts_with(path, TABLE_START), "compare")
-    body, regressions, notes = compare_runs(Path(args.baseline), Path(args.run), tol)
-    table = "\n".join(["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-                      + ["| " + " | ".join(row) + " |" for row in body])
+        check_output_file(Path(args.out), "compare.md", lambda path: starts_with(path, TABLE_START)
+                          or starts_with(path, SUMMARY_TITLE), "compare")
+    rows, regressions, notes = compare_runs(Path(args.baseline), Path(args.run), tol)
+    if args.format == "markdown":
+        text = summary_markdown(rows, regressions, notes, Path(args.baseline), Path(args.run), tol)
+        written = text
+    else:
+        text = table(rows)
+        written = text + "\n" + "".join(f"\n- {r}" for r in regressions + notes)
     if args.out:  # before stdout, whose reader may be gone (`compare ... --out F | head -1`)
-        write_text_atomic(Path(args.out), table + "\n" + "".join(f"\n- {r}" for r in regressions + notes) + "\n")
-    print(table)
+        write_text_atomic(Path(args.out), written.rstrip("\n") + "\n")
+    print(text)
     for line in notes:
         print(f"note: {line}", file=sys.stderr)
     for line in regressions:
         print(f"REGRESSION: {line}", file=sys.stderr)
     status = "fail" if regressions else "pass"
-    print(json.dumps({"status": status, "regressions": len(regressions), "compared": len(body)}))
+    print(json.dumps({"status": status, "regressions": len(regressions), "compared": len(rows)}))
     return 1 if regressions else 0
 
 
@@ -233,4 +302,7 @@ def add_cli(subparsers) -> None:
     p.add_argument("--wall-tol", type=float, default=0.2,
                    help="allowed relative drop of the wall-clock speed factor (default 0.2; CI uses 0.5)")
     p.add_argument("--out", default=None, help="also write the table and findings to this Markdown file")
+    p.add_argument("--format", choices=("table", "markdown"), default="table",
+                   help="table: one Markdown table in the run's order (default); markdown: a summary for a CI job page "
+                        "(status, regressions, improvements, unchanged rows, notes), e.g. >> $GITHUB_STEP_SUMMARY")
     p.set_defaults(func=cmd_compare)

@@ -21,7 +21,6 @@ from .metrics import json_safe
 
 SAMPLES = "samples.jsonl"
 SUMMARY = "summary.json"
-TRACES = "traces.jsonl"  # per-forward traces of some samples (docs/records.md)
 REQUIRED_SAMPLE_FIELDS = ("task", "id", "solver", "config", "nfe", "tokens", "decode_time_s")
 
 
@@ -117,6 +116,7 @@ FIELD_TYPES = {
     "peak_memory_bytes": (lambda v: v is None or _count(v), "an integer >= 0 or null"),
     "memory": (lambda v: v is None or isinstance(v, dict), "an object or null"),
     "prompt_hash": (_text_or_none, "a string or null"),
+    "prompt": (_text_or_none, "a string or null"),
     "batch_size": (lambda v: _count(v) and v >= 1, "an integer >= 1"),
 }
 
@@ -141,44 +141,33 @@ def read_records(path: Path) -> list[dict]:
     """Every complete line of a samples file, each checked field by field (``check_record``). A last
     line cut short by a killed process is skipped (``repair_tail`` removes it before more are
     appended); a bad line elsewhere is an error naming the file and the line."""
+    return read_json_lines(path, check_record, "the records are damaged; delete that line or re-run into a new folder")
+
+
+def read_json_lines(path: Path, check: Callable[[object, str], None], damaged: str) -> list:
+    """Every complete line of a JSON-lines file ([] when there is none), each checked by ``check(value,
+    "file:line")``. A last line cut short by a killed process is skipped; a line elsewhere that is not
+    UTF-8 JSON is an error naming the file and the line, then ``damaged`` (what to do about it)."""
+    path = Path(path)
     if not path.exists():
         return []
     lines = path.read_bytes().splitlines(keepends=True)
-    records = []
+    values = []
     for number, raw in enumerate(lines, start=1):
         last_cut = number == len(lines) and not raw.endswith(b"\n")
         try:
             line = raw.decode("utf-8")
             if not line.strip():
                 continue
-            record = json.loads(line)
+            value = json.loads(line)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             if last_cut:
                 break  # a write interrupted mid-line
             what = "is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "is not valid JSON"
-            raise RunFolderError(f"{path}:{number} {what}: the records are damaged; "
-                                 f"delete that line or re-run into a new folder") from None
-        check_record(record, f"{path}:{number}")
-        records.append(record)
-    return records
-
-
-def read_traces(path: Path) -> dict[tuple, dict]:
-    """The traces of a run folder's traces.jsonl by sample key (``metrics.sample_key``); a sample traced twice
-    (a run resumed after the trace was written but before its record) keeps its last line. Lines that are
-    not whole traces (a write cut short) are skipped: a trace is an illustration, never a figure."""
-    from .metrics import sample_key
-
-    traces = {}
-    if not path.exists():
-        return traces
-    for raw in path.read_bytes().splitlines():
-        try:
-            trace = json.loads(raw.decode("utf-8"))
-            traces[sample_key(trace)] = trace if isinstance(trace.get("forwards"), list) else traces.get(sample_key(trace))
-        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
-            continue
-    return {key: trace for key, trace in traces.items() if trace is not None}
+            raise RunFolderError(f"{path}:{number} {what}: {damaged}") from None
+        check(value, f"{path}:{number}")
+        values.append(value)
+    return values
 
 
 def repair_tail(path: Path) -> None:

@@ -13,6 +13,8 @@ Writes into the run folder (atomically, each file complete or absent):
                           configurations (``verify=on``, output = NTP's) as diamonds
   tokens_per_forward.png  distribution of tokens revealed per forward, per task and configuration
   forwards_per_block.png  distribution of forwards per block, per task and configuration
+  report.html             one self-contained page: sortable leaderboard, interactive plot, examples and
+                          their decoding timelines where traced (page.py)
 Every table and plot lists tasks in the run's order and configurations NTP first, then in run order.
 A row whose mean output length differs from NTP's by more than 10% (``tokens_differ_from_ntp``,
 defined in metrics.py) carries LENGTH_MARK and a footnote: its NFE speed factor counts forwards
@@ -29,18 +31,16 @@ from pathlib import Path
 from typing import Callable
 
 from ..types import SUMMARY_ROW_FIELDS
-from .metrics import BASELINE_SOLVER, TOKENS_DIFFER_PERCENT, is_verified, ntp_mismatch_warning, summarize
+from .formats import (LENGTH_FOOTNOTE, LENGTH_MARK, _interval, _num, _pct, _x, dominates, length_mark, pareto_front,
+                      sampled_rows)  # dominates: report.dominates, as before the formats moved out (tests use it)
+from .metrics import BASELINE_SOLVER, is_verified, ntp_mismatch_warning, summarize
 from .records import (SUMMARY, RunFolderError, free_path, is_run_summary, load_run, prepare_output_folder,
                       remove_empty_folders, starts_with, write_atomic, write_text_atomic)
+from .page import PAGE, write_page
 from .roofline import prediction_columns
+from .traces import TRACES, read_traces
 
 PREDICTION_LABELS = {"pred_measured": "predicted (measured curve)"}
-LENGTH_MARK = "†"
-LENGTH_FOOTNOTE = (f"{LENGTH_MARK} mean output length differs from NTP's by more than {TOKENS_DIFFER_PERCENT}% on the "
-                   "same examples (see 'tokens vs NTP' in the decoding profile): the NFE speed factor then compares "
-                   "forwards spent on different amounts of text, and one that stops early looks faster than it is; "
-                   "tokens per forward is the fairer figure there.")
-SPEED_TIE = 0.01  # speed factors within 1% of each other count as equal on the Pareto front
 SAMPLED_NOTE = ("Sampled run: N samples of each example per configuration (`n` counts samples), each with its seed in "
                 "samples.jsonl. Accuracy is pass@1, the mean over examples of c/n; pass@k is the mean over examples "
                 "of the unbiased estimator 1 - C(n-c, k)/C(n, k) (Chen et al. 2021); both intervals are bootstrapped "
@@ -66,27 +66,7 @@ def ordered(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: (tasks.index(r["task"]), configs.index(r["config"])))
 
 
-def length_mark(row: dict) -> str:
-    return f" {LENGTH_MARK}" if row.get("tokens_differ_from_ntp") else ""
-
-
 # ------------------------------------------------------------------------------------------ tables
-def _pct(value) -> str:
-    return "-" if value is None else f"{100 * value:.1f}"
-
-
-def _x(value) -> str:
-    return "-" if value is None else f"{value:.2f}x"
-
-
-def _num(value, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _interval(lo, hi, fmt) -> str:
-    return "" if lo is None else f" [{fmt(lo)}, {fmt(hi)}]"
-
-
 def main_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Header and body of the paper-style table: one row per configuration, one column per task."""
     tasks = task_order(rows)
@@ -104,11 +84,6 @@ def main_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
 # A detail table is a list of columns: (header, cell of one summary row). Another figure is one more
 # entry in one of these lists.
 Column = tuple[str, Callable[[dict], str]]
-
-
-def sampled_rows(rows: list[dict]) -> bool:
-    """Whether some configuration has N > 1 samples per example (then accuracy is pass@1, and pass@k shows)."""
-    return any((r.get("samples") or 1) > 1 for r in rows)
 
 
 def pass_at_k_cell(r: dict) -> str:
@@ -219,21 +194,6 @@ def non_monotone(times: dict[int, float]) -> list[tuple[int, int]]:
 
 
 # ------------------------------------------------------------------------------------------- plots
-def dominates(a: tuple[float, float], b: tuple[float, float], tie: float = SPEED_TIE) -> bool:
-    """Point a = (speed, accuracy) beats b: at least as accurate, not slower (speeds within ``tie``,
-    relative, are equal), and better on one of the two."""
-    not_slower = a[0] * (1 + tie) >= b[0]
-    faster = a[0] > b[0] * (1 + tie)
-    return a[1] >= b[1] and not_slower and (a[1] > b[1] or faster)
-
-
-def pareto_front(points: list[tuple[float, float]], tie: float = SPEED_TIE) -> list[tuple[float, float]]:
-    """Points no other point dominates, sorted by speed. Speed factors within ``tie`` of each other
-    are equal: 1.0008x against NTP's 1.00x (a configuration whose answers are a token shorter) is no
-    speed-up that makes a less accurate configuration part of the front."""
-    return sorted({p for p in points if not any(dominates(q, p, tie) for q in points)})
-
-
 def _savefig(fig, path: Path) -> None:
     write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
 
@@ -460,12 +420,13 @@ def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dic
             f"- {f['config']} on {f['task']}/{f['id']}: {f['error']}" for f in failures[:50]] + [""]
     text += ["## Plots", "", "![accuracy vs speed factor](accuracy_vs_speed.png)", "",
              "![tokens per forward](tokens_per_forward.png)", "", "![forwards per block](forwards_per_block.png)", "",
+             f"Interactive: [{PAGE}]({PAGE}) (sortable tables, the plot per task, every example's outputs).", "",
              "## Provenance", "", *provenance_lines(summary), ""]
     return "\n".join(text)
 
 
 REPORT_FILES = ("report.md", "table.csv", "rows.csv", "accuracy_vs_speed.png", "tokens_per_forward.png",
-                "forwards_per_block.png")  # what _write_report writes
+                "forwards_per_block.png", PAGE)  # what _write_report writes
 REPORT_TITLE = "# sbd_bench report: "
 
 
@@ -494,6 +455,7 @@ def _write_report(run_dir: Path, out_dir: Path | None, summary: dict, records: l
     import matplotlib
 
     matplotlib.use("Agg")
+    traces = read_traces(run_dir / TRACES)  # before anything is written: a damaged line is refused first
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = ordered(summarize(records, ((summary.get("provenance") or {}).get("config") or {}).get("pass_k")))
@@ -512,6 +474,7 @@ def _write_report(run_dir: Path, out_dir: Path | None, summary: dict, records: l
                       "forwards", out_dir / "tokens_per_forward.png")
     plot_distribution(records, rows, "forwards_per_block", "Forwards per block: share of blocks", "blocks",
                       out_dir / "forwards_per_block.png")
+    write_page(out_dir, run_dir.name, summary, records, rows, traces)
     return out_dir / "report.md", rows
 
 
@@ -533,7 +496,7 @@ def cmd_report(args) -> int:
 
 
 def add_cli(subparsers) -> None:
-    p = subparsers.add_parser("report", help="tables (Markdown, CSV) and plots (PNG) of a run folder")
+    p = subparsers.add_parser("report", help="tables (Markdown, CSV), plots (PNG) and report.html of a run folder")
     p.add_argument("run_dir", help="a run folder written by `run`")
     p.add_argument("--out", default=None, help="where to write (default: the run folder)")
     p.set_defaults(func=cmd_report)

@@ -30,10 +30,11 @@ from pathlib import Path
 import torch
 
 from ..analysis import metrics
-from ..analysis.records import (SAMPLES, SUMMARY, TRACES, RecordWriter, RunFolderError, RunFolderLock,
+from ..analysis.records import (SAMPLES, SUMMARY, RecordWriter, RunFolderError, RunFolderLock,
                                 prepare_output_folder, read_records, read_summary, remove_empty_folders, repair_tail,
                                 write_json_atomic)
 from ..analysis.report import check_report_folder, write_report
+from ..analysis.traces import TRACES
 from ..core.decoding import check_model_output
 from ..core.fastpath import FastPath
 from ..core.model import MODELS_DIR, LoadedModel, cpu_model, device_name, folder_hash, load_model

@@ -244,7 +244,7 @@ def _identity(task, example, prompt_ids, solver, cfg, repeat, sample=0, seed=Non
     drawn = {} if seed is None else {"sample": sample, "seed": seed}  # greedy records stay as they were
     return {"task": task.name, "id": example.id, "solver": solver.name, "params": solver.params,
             "config": solver.label, "block_size": cfg.block_size, "repeat": repeat, **drawn,
-            "prompt_tokens": len(prompt_ids), "prompt_hash": prompt_hash(prompt_ids),
+            "prompt_tokens": len(prompt_ids), "prompt_hash": prompt_hash(prompt_ids), "prompt": example.prompt,
             **({"exact": True} if cfg.exact else {})}
 
 

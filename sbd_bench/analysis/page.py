@@ -1,0 +1,243 @@
+"""report.html: one self-contained page per run, built from its records alone (no torch, no core).
+
+    python -m sbd_bench report runs/x        # writes report.html beside report.md (so does every `run`)
+
+The page opens from disk with no network: the run's figures are embedded as one JSON document, and
+the page's script and style (``page_assets/report.js``, ``report.css``, hand-written, no library) are
+inlined when it is written. What it shows, per task: the leaderboard (every summary figure, sortable,
+95% intervals, the same strings as report.md), accuracy against the NFE or wall-clock speed factor
+with the Pareto front (``report.pareto_front``), and the examples: prompt, each configuration's output
+beside NTP's with the differences marked, the verdicts, and where a trace exists (``traces.jsonl``,
+``traces.py``) the decoding played forward by forward.
+
+Size: outputs are embedded in full up to ``OUTPUT_BUDGET`` characters, the first examples of every task
+first; past it an example shows its verdicts and forward counts only (traced examples are always in
+full). The page lists examples ``EXAMPLES_PER_PAGE`` at a time.
+"""
+from __future__ import annotations
+
+import html
+import json
+from importlib import resources
+from pathlib import Path
+
+from .metrics import BASELINE_SOLVER, is_verified, ntp_mismatch_warning, sampling_of
+from .records import write_text_atomic
+from ..types import SAMPLING_KEYS
+from .formats import LENGTH_FOOTNOTE, _num, _pct, _x, pareto_front, sampled_rows
+from .traces import trace_key, trace_problems
+
+PAGE = "report.html"
+OUTPUT_BUDGET = 2_000_000  # characters of output text embedded, past which only traced examples get theirs
+EXAMPLES_PER_PAGE = 20
+SETTINGS = ("tasks", "solvers", "block_size", "max_new_tokens", "limit", "seed", "repeats", "samples", "temperature",
+            "top_p", "top_k", "batch_size", "exact")
+PROVENANCE = ("command", "model_path", "model_hash", "git_commit", "git_dirty", "device", "device_name", "dtype",
+              "attn_implementation", "threads", "torch", "transformers", "started")
+
+
+def _mib(value) -> str:
+    return "-" if not value else f"{value / 2**20:.0f}"
+
+
+# (key in a summary row, header, cell text, interval keys or None, what the header's tooltip says)
+COLUMNS = [
+    ("n", "n", str, None, "samples without error"),
+    ("errors", "errors", str, None, "samples whose decoding raised"),
+    ("accuracy", "accuracy %", _pct, ("accuracy_lo", "accuracy_hi"),
+     "share of correct samples (pass@1 with several samples per example), 95% interval"),
+    ("pass_at_k", "pass@k %", _pct, ("pass_at_k_lo", "pass_at_k_hi"), "unbiased pass@k (Chen et al. 2021)"),
+    ("ntp_match_rate", "= NTP output %", _pct, None, "share of samples whose output ids equal NTP's"),
+    ("speed_factor_nfe", "speed NFE", _x, ("speed_factor_nfe_lo", "speed_factor_nfe_hi"),
+     "mean over examples of NTP's forwards over this configuration's, 95% interval"),
+    ("speed_factor_wall", "speed wall, decode", _x, ("speed_factor_wall_lo", "speed_factor_wall_hi"),
+     "NTP's total decode time over this configuration's, 95% interval"),
+    ("speed_factor_e2e", "speed end-to-end", _x, ("speed_factor_e2e_lo", "speed_factor_e2e_hi"),
+     "the same with prefill included"),
+    ("tokens_per_forward", "tokens/forward", lambda v: _num(v, 2), None, "total tokens over total forwards"),
+    ("nfe", "nfe", lambda v: _num(v, 1), None, "mean forwards per sample"),
+    ("tokens", "tokens", lambda v: _num(v, 1), None, "mean output tokens per sample"),
+    ("tokens_vs_ntp", "tokens vs NTP", _x, None, "mean output length over NTP's on the same examples"),
+    ("acceptance_rate", "acceptance %", _pct, None, "verified: share of drafted tokens NTP confirmed"),
+    ("forwards_per_block", "forwards/block", lambda v: _num(v, 2), None, "mean forwards per block"),
+    ("peak_memory_bytes", "peak memory MiB", _mib, None, "the largest peak over the samples"),
+]
+
+
+def columns_of(rows: list[dict]) -> list[tuple]:
+    """The leaderboard's columns: pass@k only where some configuration has several samples per example."""
+    return [c for c in COLUMNS if c[0] != "pass_at_k" or sampled_rows(rows)]
+
+
+def _config(row: dict, names: list[str], rows: list[dict]) -> dict:
+    sampling = {k: v for k, v in zip(SAMPLING_KEYS, sampling_of(row)) if v is not None}
+    base = next((r["config"] for r in rows if r["solver"] == BASELINE_SOLVER and sampling_of(r) == sampling_of(row)),
+                None)
+    return {"name": row["config"], "solver": row["solver"], "ntp": row["solver"] == BASELINE_SOLVER,
+            "verified": is_verified(row), "sampled": bool(sampling) or (row.get("samples") or 1) > 1,
+            "sampling": ", ".join(f"{k}={v}" for k, v in sampling.items()), "samples": row.get("samples") or 1,
+            "base": names.index(base) if base in names else None}
+
+
+def _row(row: dict, tasks: list[str], names: list[str], columns: list[tuple]) -> dict:
+    values, texts, intervals = {}, {}, {}
+    for key, _, text, interval, _ in columns:
+        values[key], texts[key] = row.get(key), text(row.get(key))
+        if interval and row.get(interval[0]) is not None:
+            intervals[key] = f"[{text(row[interval[0]])}, {text(row[interval[1]])}]"
+    return {"task": tasks.index(row["task"]), "config": names.index(row["config"]), "values": values, "texts": texts,
+            "intervals": intervals, "length_differs": bool(row.get("tokens_differ_from_ntp"))}
+
+
+def _fronts(rows: list[dict], tasks: list[str]) -> dict[str, dict[str, list[str]]]:
+    """Per speed factor (NFE, wall) and task, the configurations on the Pareto front."""
+    fronts: dict[str, dict[str, list[str]]] = {}
+    for kind in ("nfe", "wall"):
+        fronts[kind] = {}
+        for task in tasks:
+            points = {r["config"]: (r[f"speed_factor_{kind}"], r["accuracy"]) for r in rows
+                      if r["task"] == task and r["accuracy"] is not None and r[f"speed_factor_{kind}"] is not None}
+            front = set(pareto_front(list(points.values())))
+            fronts[kind][task] = [c for c, p in points.items() if p in front]
+    return fronts
+
+
+def _examples(records: list[dict], tasks: list[str], names: list[str], traced: set) -> tuple[dict, int]:
+    """Per task, its examples in the run's order: prompt, reference answer, and per configuration
+    [correct, nfe, tokens, correct samples, samples with a verdict, output text or None, error or None]
+    of its first sample and repeat. Output text within ``OUTPUT_BUDGET`` (traced examples always)."""
+    examples: dict[tuple, dict] = {}
+    column = {name: i for i, name in enumerate(names)}
+    for r in records:
+        key = (r["task"], str(r["id"]))
+        ex = examples.setdefault(key, {"id": str(r["id"]), "prompt": None, "answer": None,
+                                       "cells": [None] * len(names), "texts": {}})
+        ex["prompt"] = ex["prompt"] or r.get("prompt")
+        ex["answer"] = ex["answer"] if ex["answer"] is not None else r.get("answer")
+        i = column[r["config"]]
+        cell = ex["cells"][i]
+        if r.get("repeat", 0) != 0:
+            continue  # repeats time the same decode again: same output, same verdict
+        verdict = r.get("correct")
+        if cell is None:
+            cell = ex["cells"][i] = [None, None, None, 0, 0, None, None]
+        cell[3] += bool(verdict)
+        cell[4] += verdict is not None
+        if r.get("sample", 0) == 0:
+            cell[0], cell[1], cell[2], cell[6] = verdict, r["nfe"], r["tokens"], r.get("error")
+            ex["texts"][i] = r.get("output_text") or ""
+    by_task = {task: [ex for (t, _), ex in examples.items() if t == task] for task in tasks}
+    order = []  # round robin over the tasks: each task's first examples come first
+    for rank in range(max(map(len, by_task.values()), default=0)):
+        order += [exs[rank] for exs in by_task.values() if rank < len(exs)]
+    used, omitted = 0, 0
+    for task in tasks:
+        for ex in by_task[task]:
+            ex["traced"] = (task, ex["id"]) in traced
+    for ex in order:
+        size = sum(len(text) for text in ex["texts"].values()) + len(ex["prompt"] or "")
+        keep = ex["traced"] or used + size <= OUTPUT_BUDGET
+        used += size if keep else 0
+        omitted += not keep
+        for i, text in ex.pop("texts").items():
+            ex["cells"][i][5] = text if keep else None
+        ex["full"] = keep
+        if not keep:
+            ex["prompt"] = None
+    return by_task, omitted
+
+
+def _traces(traces: list[dict], records: list[dict], names: list[str]) -> tuple[list[dict], dict[str, str]]:
+    """The traces of recorded samples, each with its problems against its record (``trace_problems``), and
+    one map of token pieces for all of them."""
+    by_key = {(r["config"], r["task"], str(r["id"]), int(r.get("sample", 0)), int(r.get("repeat", 0))): r
+              for r in records}
+    out, pieces = [], {}
+    for trace in traces:
+        record = by_key.get(trace_key(trace))
+        if record is None or trace["config"] not in names:
+            continue  # a trace of a sample the records do not hold: nothing to show it beside
+        pieces.update(trace["pieces"])
+        out.append({"task": trace["task"], "id": str(trace["id"]), "config": names.index(trace["config"]),
+                    "sample": trace.get("sample", 0), "block_size": trace["block_size"],
+                    "forwards": trace["forwards"], "problems": trace_problems(trace, record)})
+    return out, pieces
+
+
+def page_data(run_name: str, summary: dict, records: list[dict], rows: list[dict], traces: list[dict]) -> dict:
+    """Everything the page shows, as one JSON-able document. ``rows``: the report's ordered summary rows."""
+    provenance = summary.get("provenance") or {}
+    settings = provenance.get("config") or {}
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    names = list(dict.fromkeys(r["config"] for r in rows))
+    first = {}
+    for r in rows:
+        first.setdefault(r["config"], r)
+    columns = columns_of(rows)
+    shown_traces, pieces = _traces(traces, records, names)
+    examples, omitted = _examples(records, tasks, names, {(t["task"], t["id"]) for t in shown_traces})
+    return {
+        "run": run_name, "complete": bool(summary.get("complete")), "resume_command": summary.get("resume_command"),
+        "provenance": [[k, provenance[k]] for k in PROVENANCE if provenance.get(k) is not None],
+        "settings": [[k, settings[k]] for k in SETTINGS if settings.get(k) is not None],
+        "failures": len(summary.get("failures") or []),
+        "warning": ntp_mismatch_warning(records, exact=bool(provenance.get("exact"))),
+        "length_note": LENGTH_FOOTNOTE,
+        "tasks": tasks,
+        "configs": [_config(first[name], names, rows) for name in names],
+        "columns": [{"key": key, "label": label, "title": title} for key, label, _, _, title in columns],
+        "rows": [_row(r, tasks, names, columns) for r in rows],
+        "fronts": _fronts(rows, tasks),
+        "examples": examples, "omitted": omitted, "output_budget": OUTPUT_BUDGET,
+        "per_page": EXAMPLES_PER_PAGE,
+        "traces": shown_traces, "pieces": pieces,
+    }
+
+
+def _asset(name: str) -> str:
+    return (resources.files(__package__) / "page_assets" / name).read_text(encoding="utf-8")
+
+
+def _script_safe(text: str) -> str:
+    """Text that cannot end the <script> element it sits in: '</' becomes '<\\/' (the same string in
+    JSON and in JavaScript)."""
+    return text.replace("</", "<\\/")
+
+
+def page_html(data: dict) -> str:
+    title = html.escape(f"sbd_bench report: {data['run']}")
+    payload = _script_safe(json.dumps(data, allow_nan=False, separators=(",", ":"), ensure_ascii=False))
+    return "\n".join([
+        "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+        # no request may leave the file: everything below is inline, and the policy refuses the rest
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        'style-src \'unsafe-inline\'; script-src \'unsafe-inline\'; img-src data:">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">', f"<title>{title}</title>",
+        f"<style>\n{_asset('report.css')}</style>", "</head>", "<body>",
+        f'<header><h1>{title}</h1><div id="banner"></div><div id="provenance"></div></header>',
+        '<nav id="tasks" role="tablist" aria-label="task"></nav>',
+        '<main>',
+        '<section id="leaderboard"><h2>Leaderboard</h2><p class="hint">Click a header to sort; 95% intervals in '
+        'brackets. <span class="badge ntp">NTP</span> the baseline every speed factor is relative to, '
+        '<span class="badge verified">verified</span> output = NTP\'s (<code>verify=on</code>), '
+        '<span class="badge sampled">sampled</span> decoded at a temperature or several samples per example.</p>'
+        '<div class="scroll"><table id="board"></table></div><p id="board-note" class="hint"></p></section>',
+        '<section id="plot"><h2>Accuracy against speed factor</h2><div class="switch" role="group" '
+        'aria-label="speed factor"><button type="button" data-speed="nfe">NFE</button><button type="button" '
+        'data-speed="wall">wall-clock (decode)</button></div><div id="plot-area"></div>'
+        '<div id="tooltip" role="tooltip" hidden></div></section>',
+        '<section id="examples"><h2>Examples</h2><div id="example-controls"></div><div id="example-list"></div>'
+        '</section>',
+        "</main>",
+        "<noscript>This page draws its tables with JavaScript; report.md beside it holds the same tables.</noscript>",
+        f'<script type="application/json" id="report-data">{payload}</script>',
+        f"<script>\n{_script_safe(_asset('report.js'))}</script>",
+        "</body>", "</html>", ""])
+
+
+def write_page(out_dir: Path, run_name: str, summary: dict, records: list[dict], rows: list[dict],
+               traces: list[dict]) -> Path:
+    """Write report.html into ``out_dir`` (atomically); returns its path."""
+    path = Path(out_dir) / PAGE
+    write_text_atomic(path, page_html(page_data(run_name, summary, records, rows, traces)))
+    return path

@@ -1,0 +1,546 @@
+/* report.html's script: draws the page from the JSON document embedded beside it (#report-data),
+   written by sbd_bench/analysis/page.py. Hand-written DOM and inline SVG, no library: nothing is
+   fetched, the page works from disk. Sections: provenance and banners, task tabs, the leaderboard,
+   the accuracy-against-speed plot, the examples with their outputs and decoding timelines. */
+(function () {
+  "use strict";
+  const data = JSON.parse(document.getElementById("report-data").textContent);
+  const state = { task: 0, speed: "nfe", sort: null, page: 0, filter: "all" };
+  // Paul Tol's "bright" and "muted" schemes: distinct for colour-blind readers too
+  const PALETTE = ["#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#997700", "#332288",
+    "#44AA99", "#882255", "#117733", "#DDCC77", "#88CCEE", "#CC6677", "#999933", "#BBBBBB"];
+  const SVG_NS = "http://www.w3.org/2000/svg";
+  const taskName = () => data.tasks[state.task];
+  const configColor = (i) => PALETTE[i % PALETTE.length];
+
+  // ------------------------------------------------------------------------------------ DOM helpers
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    setAttrs(node, attrs);
+    node.append(...children.filter((c) => c !== null && c !== undefined && c !== false));
+    return node;
+  }
+  function svg(tag, attrs, ...children) {
+    const node = document.createElementNS(SVG_NS, tag);
+    setAttrs(node, attrs);
+    node.append(...children);
+    return node;
+  }
+  function setAttrs(node, attrs) {
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "text") node.textContent = value;
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, value === true ? "" : String(value));
+    }
+  }
+  function badges(config) {
+    return [config.ntp ? el("span", { class: "badge ntp", text: "NTP", title: "the baseline: one token per forward" }) : null,
+      config.verified ? el("span", { class: "badge verified", text: "verified", title: "verify=on: output = NTP's" }) : null,
+      config.sampled ? el("span", { class: "badge sampled", text: "sampled",
+        title: [config.sampling, config.samples > 1 ? config.samples + " samples per example" : ""].filter(Boolean).join("; ") })
+        : null];
+  }
+  function swatch(i) {
+    const shape = data.configs[i].ntp ? " square" : data.configs[i].verified ? " diamond" : "";
+    return el("span", { class: "swatch" + shape, style: "background:" + configColor(i) });
+  }
+
+  // --------------------------------------------------------------------------- provenance, banners
+  function renderHeader() {
+    const box = document.getElementById("provenance");
+    for (const [key, value] of data.provenance.concat(data.settings)) {
+      const text = Array.isArray(value) ? value.join(", ") : String(value);
+      box.append(el("div", { class: key === "command" ? "wide" : null, title: text }, el("b", { text: key + ": " }), text));
+    }
+    const banner = document.getElementById("banner");
+    const say = (text) => banner.append(el("div", { class: "banner", text }));
+    if (!data.complete) say("Incomplete run: finish it with `" + (data.resume_command || "python -m sbd_bench run --resume RUN_DIR") + "`.");
+    if (data.warning) say("Warning: " + data.warning + ".");
+    if (data.failures) say(data.failures + " sample(s) failed: see the errors in report.md and summary.json.");
+  }
+
+  function renderTabs() {
+    const nav = document.getElementById("tasks");
+    data.tasks.forEach((task, i) => nav.append(el("button", {
+      type: "button", role: "tab", "data-task": task, text: task,
+      onclick: () => { state.task = i; state.page = 0; renderTask(); },
+    })));
+  }
+
+  // ------------------------------------------------------------------------------------ leaderboard
+  function sortValue(row, key) {
+    return key === "config" ? data.configs[row.config].name : row.values[key];
+  }
+  function sortedRows() {
+    const rows = data.rows.filter((r) => r.task === state.task);
+    if (!state.sort) return rows;  // the report's order: NTP first, then the run's
+    const { key, dir } = state.sort;
+    return rows.slice().sort((a, b) => {
+      const x = sortValue(a, key), y = sortValue(b, key);
+      if (x === null || x === undefined) return (y === null || y === undefined) ? 0 : 1;  // no value: last either way
+      if (y === null || y === undefined) return -1;
+      const order = typeof x === "string" ? x.localeCompare(y) : x - y;
+      return dir === "ascending" ? order : -order;
+    });
+  }
+  function sortBy(key) {
+    const same = state.sort && state.sort.key === key;
+    const first = key === "config" ? "ascending" : "descending";  // figures: the largest first
+    state.sort = { key, dir: same ? (state.sort.dir === "ascending" ? "descending" : "ascending") : first };
+    renderBoard();
+  }
+  function renderBoard() {
+    const table = document.getElementById("board");
+    table.textContent = "";
+    const columns = [{ key: "config", label: "config", title: "solver configuration" }].concat(data.columns);
+    table.append(el("thead", {}, el("tr", {}, ...columns.map((c) => el("th", {
+      "data-key": c.key, title: c.title, text: c.label, scope: "col",
+      "aria-sort": state.sort && state.sort.key === c.key ? state.sort.dir : "none",
+      onclick: () => sortBy(c.key),
+    })))));
+    const body = el("tbody");
+    let marked = false;
+    for (const row of sortedRows()) {
+      const config = data.configs[row.config];
+      const tr = el("tr", { class: config.ntp ? "ntp" : null, "data-config": config.name, "data-task": taskName() },
+        el("td", { "data-key": "config" }, swatch(row.config), config.name, ...badges(config)));
+      for (const c of data.columns) {
+        const value = row.values[c.key];
+        const mark = row.length_differs && (c.key === "speed_factor_nfe" || c.key === "tokens_vs_ntp");
+        marked = marked || mark;
+        tr.append(el("td", { "data-key": c.key, "data-value": value === null ? "" : String(value) },
+          el("span", { class: "value", text: row.texts[c.key] }),
+          mark ? el("span", { class: "mark", text: " †", title: data.length_note }) : null,
+          row.intervals[c.key] ? el("span", { class: "ci", text: row.intervals[c.key] }) : null));
+      }
+      body.append(tr);
+    }
+    table.append(body);
+    document.getElementById("board-note").textContent = marked ? data.length_note : "";
+  }
+
+  // ------------------------------------------------------------------------------------------- plot
+  function niceStep(span, most) {
+    for (const base of [0.1, 0.2, 0.25, 0.5, 1, 2, 2.5, 5, 10, 20, 25, 50, 100, 200, 500, 1000]) {
+      if (span / base <= most) return base;
+    }
+    return Math.pow(10, Math.ceil(Math.log10(span / most)));
+  }
+  function renderPlot() {
+    for (const button of document.querySelectorAll("#plot .switch button")) {
+      button.setAttribute("aria-pressed", String(button.dataset.speed === state.speed));
+    }
+    const area = document.getElementById("plot-area");
+    area.textContent = "";
+    const key = "speed_factor_" + state.speed;
+    const points = data.rows.filter((r) => r.task === state.task && r.values.accuracy !== null && r.values[key] !== null);
+    const W = 780, H = 430, m = { l: 58, r: 24, t: 14, b: 46 };
+    const xMax = Math.max(1, ...points.map((r) => Math.max(r.values[key], r.values[key + "_hi"] || 0))) * 1.08;
+    const X = (v) => m.l + (v / xMax) * (W - m.l - m.r);
+    const Y = (v) => m.t + (1 - (v + 4) / 108) * (H - m.t - m.b);  // -4%..104%: room for markers at 0 and 100
+    const plot = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img",
+      "aria-label": `accuracy against ${state.speed} speed factor, ${taskName()}` });
+    const grid = svg("g", { class: "grid" }), axis = svg("g", { class: "axis" });
+    const step = niceStep(xMax, 10);
+    for (let v = 0; v <= xMax + 1e-9; v += step) {
+      grid.append(svg("line", { x1: X(v), x2: X(v), y1: Y(-4), y2: Y(104) }));
+      axis.append(svg("text", { x: X(v), y: H - m.b + 16, "text-anchor": "middle" }, document.createTextNode(+v.toFixed(2) + "x")));
+    }
+    for (let v = 0; v <= 100; v += 20) {
+      grid.append(svg("line", { x1: X(0), x2: X(xMax), y1: Y(v), y2: Y(v) }));
+      axis.append(svg("text", { x: m.l - 8, y: Y(v) + 4, "text-anchor": "end" }, document.createTextNode(v)));
+    }
+    axis.append(svg("path", { d: `M${X(0)},${Y(-4)} H${X(xMax)} M${X(0)},${Y(-4)} V${Y(104)}`, fill: "none" }));
+    axis.append(svg("line", { x1: X(1), x2: X(1), y1: Y(-4), y2: Y(104), "stroke-dasharray": "2 3" }));
+    const speedName = state.speed === "nfe" ? "NFE" : "wall-clock, decode";
+    axis.append(svg("text", { x: (X(0) + X(xMax)) / 2, y: H - 8, "text-anchor": "middle" },
+      document.createTextNode(`speed factor relative to NTP (${speedName}); dotted: NTP, 1x`)));
+    axis.append(svg("text", { x: 14, y: (Y(0) + Y(100)) / 2, "text-anchor": "middle",
+      transform: `rotate(-90 14 ${(Y(0) + Y(100)) / 2})` }, document.createTextNode("accuracy (%)")));
+    plot.append(grid, axis);
+    const frontNames = new Set(data.fronts[state.speed][taskName()] || []);
+    const front = points.filter((r) => frontNames.has(data.configs[r.config].name))
+      .sort((a, b) => a.values[key] - b.values[key]);
+    if (front.length) {
+      plot.append(svg("polyline", { class: "front",
+        points: front.map((r) => `${X(r.values[key])},${Y(100 * r.values.accuracy)}`).join(" ") }));
+    }
+    for (const r of points) {  // 95% intervals as whiskers, under the markers
+      const color = configColor(r.config), x = X(r.values[key]), y = Y(100 * r.values.accuracy);
+      if (r.values[key + "_lo"] !== null && r.values[key + "_lo"] !== undefined) {
+        plot.append(svg("line", { class: "whisker", stroke: color, x1: X(r.values[key + "_lo"]), x2: X(r.values[key + "_hi"]), y1: y, y2: y }));
+      }
+      if (r.values.accuracy_lo !== null && r.values.accuracy_lo !== undefined) {
+        plot.append(svg("line", { class: "whisker", stroke: color, x1: x, x2: x, y1: Y(100 * r.values.accuracy_lo), y2: Y(100 * r.values.accuracy_hi) }));
+      }
+    }
+    const ntpLast = points.slice().sort((a, b) => data.configs[a.config].ntp - data.configs[b.config].ntp);
+    for (const r of ntpLast) {  // NTP drawn last: on top of a configuration at its spot (1x, same accuracy)
+      const config = data.configs[r.config], x = X(r.values[key]), y = Y(100 * r.values.accuracy);
+      const attrs = { class: "point" + (frontNames.has(config.name) ? " on-front" : ""), fill: configColor(r.config),
+        "data-config": config.name, tabindex: 0,
+        onmouseenter: (e) => showTooltip(e, r, points, X, Y), onmousemove: (e) => moveTooltip(e),
+        onmouseleave: hideTooltip, onfocus: (e) => showTooltip(e, r, points, X, Y), onblur: hideTooltip };
+      plot.append(config.ntp ? svg("rect", { ...attrs, x: x - 6, y: y - 6, width: 12, height: 12 })
+        : config.verified ? svg("path", { ...attrs, d: `M${x},${y - 8} L${x + 8},${y} L${x},${y + 8} L${x - 8},${y} Z` })
+          : svg("circle", { ...attrs, cx: x, cy: y, r: 6.5 }));
+    }
+    if (!points.length) {
+      plot.append(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, document.createTextNode("no verdicts")));
+    }
+    area.append(plot);
+    const legend = el("div", { class: "legend" });
+    for (const r of points) legend.append(el("span", {}, swatch(r.config), data.configs[r.config].name));
+    legend.append(el("span", { text: "■ NTP; ◆ verified; dashed: the Pareto front, ringed: on it; lines: 95% intervals; hover a marker for its figures" }));
+    area.append(legend);
+  }
+  function tooltipLines(r) {
+    const t = r.texts, ci = (k) => (r.intervals[k] ? " " + r.intervals[k] : "");
+    return [["accuracy", t.accuracy + " %" + ci("accuracy")], ["speed NFE", t.speed_factor_nfe + ci("speed_factor_nfe")],
+      ["speed wall", t.speed_factor_wall + ci("speed_factor_wall")], ["tokens/forward", t.tokens_per_forward],
+      ["nfe (mean)", t.nfe], ["n", t.n]];
+  }
+  function showTooltip(event, r, points, X, Y) {
+    const tip = document.getElementById("tooltip");
+    const key = "speed_factor_" + state.speed, config = data.configs[r.config];
+    const near = points.filter((o) => o !== r && Math.hypot(X(o.values[key]) - X(r.values[key]),
+      Y(100 * o.values.accuracy) - Y(100 * r.values.accuracy)) < 9);
+    const onFront = (data.fronts[state.speed][taskName()] || []).includes(config.name);
+    tip.textContent = "";
+    tip.append(...[el("div", { class: "name" }, config.name, ...badges(config)),
+      onFront ? el("div", { text: "on the Pareto front (" + (state.speed === "nfe" ? "NFE" : "wall-clock") + ")" }) : null,
+      el("table", {}, ...tooltipLines(r).map(([k, v]) => el("tr", {}, el("td", { text: k }), el("td", { text: v })))),
+      near.length ? el("div", { text: "also here: " + near.map((o) => data.configs[o.config].name).join(", ") }) : null,
+    ].filter(Boolean));
+    tip.hidden = false;
+    event.target.classList.add("hover");
+    moveTooltip(event);
+  }
+  function moveTooltip(event) {
+    const tip = document.getElementById("tooltip");
+    const box = event.target.getBoundingClientRect();
+    const x = event.pageX || box.right + window.scrollX, y = event.pageY || box.bottom + window.scrollY;
+    tip.style.left = Math.min(x + 14, window.scrollX + document.documentElement.clientWidth - tip.offsetWidth - 8) + "px";
+    tip.style.top = y + 14 + "px";
+  }
+  function hideTooltip(event) {
+    document.getElementById("tooltip").hidden = true;
+    event.target.classList.remove("hover");
+  }
+
+  // -------------------------------------------------------------------------------- text differences
+  /* Myers' O(ND) difference of two strings (Myers 1986), as [op, text] runs: "=" both, "-" only in a
+     (NTP's output), "+" only in b. Past ``limit`` edits the two are shown as replaced whole. */
+  function diff(a, b, limit = 400) {
+    if (a === b) return a ? [["=", a]] : [];
+    const n = a.length, m = b.length, off = n + m + 1;
+    const v = new Int32Array(2 * off + 2);
+    const trace = [];
+    for (let d = 0; d <= n + m; d++) {
+      if (d > limit) return [["-", a], ["+", b]];
+      trace.push(v.slice(off - d - 1, off + d + 2));  // v before step d, diagonals -d-1..d+1
+      for (let k = -d; k <= d; k += 2) {
+        let x = (k === -d || (k !== d && v[off + k - 1] < v[off + k + 1])) ? v[off + k + 1] : v[off + k - 1] + 1;
+        let y = x - k;
+        while (x < n && y < m && a[x] === b[y]) { x++; y++; }
+        v[off + k] = x;
+        if (x >= n && y >= m) return backtrack(trace, a, b, d, k);
+      }
+    }
+    return [["-", a], ["+", b]];
+  }
+  function backtrack(trace, a, b, d, k) {
+    const ops = [];
+    let x = a.length, y = b.length;
+    for (; d > 0; d--) {
+      const V = trace[d], at = (kk) => V[kk + d + 1];
+      const down = k === -d || (k !== d && at(k - 1) < at(k + 1));
+      const prevK = down ? k + 1 : k - 1, prevX = at(prevK);
+      const startX = down ? prevX : prevX + 1, startY = startX - k;
+      while (x > startX && y > startY) { ops.push(["=", a[x - 1]]); x--; y--; }
+      if (down) { ops.push(["+", b[y - 1]]); y--; } else { ops.push(["-", a[x - 1]]); x--; }
+      k = prevK;
+    }
+    while (x > 0 && y > 0) { ops.push(["=", a[x - 1]]); x--; y--; }
+    const runs = [];
+    for (const [op, ch] of ops.reverse()) {
+      if (runs.length && runs[runs.length - 1][0] === op) runs[runs.length - 1][1] += ch;
+      else runs.push([op, ch]);
+    }
+    return runs;
+  }
+  function diffNode(base, text) {
+    const node = el("div", { class: "output" });
+    for (const [op, part] of diff(base, text)) {
+      node.append(op === "=" ? document.createTextNode(part)
+        : el(op === "+" ? "ins" : "del", { text: part, title: op === "+" ? "not in NTP's output" : "in NTP's output only" }));
+    }
+    return node;
+  }
+
+  // --------------------------------------------------------------------------------------- examples
+  function tracesOf(ex) {
+    return data.traces.filter((t) => t.task === taskName() && t.id === ex.id);
+  }
+  function differsFromNtp(ex) {
+    return ex.cells.some((cell, i) => cell && cell[5] !== null && data.configs[i].base !== null
+      && ex.cells[data.configs[i].base] && cell[5] !== ex.cells[data.configs[i].base][5]);
+  }
+  const FILTERS = {
+    all: ["all examples", () => true],
+    wrong: ["some configuration wrong", (ex) => ex.cells.some((c) => c && (c[0] === false || c[6]))],
+    differs: ["output differs from NTP's", differsFromNtp],
+    traced: ["traced (decoding timeline)", (ex) => ex.traced],
+  };
+  function renderExamples() {
+    const all = data.examples[taskName()] || [];
+    const shown = all.filter(FILTERS[state.filter][1]);
+    const pages = Math.max(1, Math.ceil(shown.length / data.per_page));
+    state.page = Math.min(state.page, pages - 1);
+    const controls = document.getElementById("example-controls");
+    controls.textContent = "";
+    const select = el("select", { id: "example-filter", "aria-label": "which examples",
+      onchange: (e) => { state.filter = e.target.value; state.page = 0; renderExamples(); } },
+      ...Object.entries(FILTERS).map(([key, [label]]) => el("option", { value: key, text: label, selected: key === state.filter })));
+    const go = (page) => { state.page = page; renderExamples(); };
+    controls.append(select, el("div", { class: "pager" },
+      el("button", { type: "button", class: "prev", text: "◀", disabled: state.page === 0, onclick: () => go(state.page - 1) }),
+      el("span", { class: "page-label", text: `page ${state.page + 1} of ${pages}` }),
+      el("button", { type: "button", class: "next", text: "▶", disabled: state.page >= pages - 1, onclick: () => go(state.page + 1) })),
+    el("span", { class: "hint", text: `${shown.length} of ${all.length} examples; a square per configuration `
+      + "(green correct, red wrong, grey no verdict, ochre error); click an example for its outputs" }));
+    if (data.omitted) {
+      controls.append(el("span", { class: "hint", text: `${data.omitted} example(s) show verdicts only: the page holds `
+        + `at most ${data.output_budget.toLocaleString("en")} characters of output (traced examples always); samples.jsonl has every output` }));
+    }
+    const list = document.getElementById("example-list");
+    list.textContent = "";
+    for (const ex of shown.slice(state.page * data.per_page, (state.page + 1) * data.per_page)) list.append(exampleNode(ex));
+  }
+  function verdictClass(cell) {
+    if (!cell) return "v-null";
+    if (cell[6]) return "v-error";
+    return "v-" + (cell[0] === null ? "null" : String(cell[0]));
+  }
+  function verdictText(cell) {
+    if (!cell) return "not decoded";
+    if (cell[6]) return "error: " + cell[6];
+    const word = cell[0] === null ? "no verdict" : cell[0] ? "correct" : "wrong";
+    return cell[4] > 1 ? `${word} (sample 0); ${cell[3]} of ${cell[4]} samples correct` : word;
+  }
+  function exampleNode(ex) {
+    const node = el("div", { class: "example", "data-id": ex.id });
+    const detail = el("div", { class: "detail", hidden: true });
+    const summary = el("div", { class: "summary", role: "button", tabindex: 0, "aria-expanded": "false",
+      onclick: () => toggle(), onkeydown: (e) => { if (e.key === "Enter") toggle(); } },
+    el("span", { class: "eid", text: ex.id }),
+    el("span", { class: "verdicts" }, ...ex.cells.map((cell, i) => el("span", { class: verdictClass(cell),
+      title: data.configs[i].name + ": " + verdictText(cell) }))),
+    ex.traced ? el("span", { class: "badge verified", text: "traced" }) : null,
+    ex.full ? null : el("span", { class: "hint", text: "verdicts only" }));
+    function toggle() {
+      const open = detail.hidden;
+      if (open && !detail.childElementCount) fillDetail(ex, detail);
+      detail.hidden = !open;
+      summary.setAttribute("aria-expanded", String(open));
+    }
+    node.append(summary, detail);
+    return node;
+  }
+  function fillDetail(ex, detail) {
+    if (ex.prompt !== null) detail.append(el("div", { class: "hint", text: "prompt" }), el("div", { class: "prompt", text: ex.prompt }));
+    else if (ex.full) detail.append(el("div", { class: "hint", text: "prompt: not in this run's records (written before records held the prompt)" }));
+    if (ex.answer !== null) detail.append(el("div", { class: "hint" }, "reference answer: ", el("code", { text: ex.answer })));
+    const traces = tracesOf(ex);
+    const table = el("table", { class: "outputs" }, el("tr", {}, ...["config", "verdict", "nfe", "tokens",
+      "output (against NTP's: inserted, deleted)"].map((h) => el("th", { text: h }))));
+    const timelineBox = el("div", { class: "timeline-box" });
+    ex.cells.forEach((cell, i) => {
+      if (!cell) return;
+      const config = data.configs[i], base = config.base === null ? null : ex.cells[config.base];
+      let output;
+      if (cell[6]) output = el("div", { class: "no", text: "error: " + cell[6] });
+      else if (cell[5] === null) output = el("span", { class: "hint", text: "not embedded (see samples.jsonl)" });
+      else if (base && base[5] !== null && config.base !== i) output = diffNode(base[5], cell[5]);
+      else output = el("div", { class: "output", text: cell[5] });
+      const mine = traces.filter((t) => t.config === i);
+      table.append(el("tr", { "data-config": config.name },
+        el("td", { class: "cfg" }, swatch(i), config.name, ...badges(config),
+          ...mine.map((t) => el("button", { type: "button", class: "show-timeline",
+            text: mine.length > 1 ? `timeline (sample ${t.sample})` : "timeline",
+            onclick: () => { timelineBox.textContent = ""; timelineBox.append(timeline(t)); } }))),
+        el("td", { class: cell[0] ? "ok" : cell[0] === false ? "no" : "", text: cell[0] === null ? "–" : cell[0] ? "✓" : "✗",
+          title: verdictText(cell) }),
+        el("td", { text: cell[1] === null ? "–" : cell[1] }), el("td", { text: cell[2] === null ? "–" : cell[2] }),
+        el("td", {}, output)));
+    });
+    detail.append(table, timelineBox);
+  }
+
+  // ------------------------------------------------------------------------------ decoding timeline
+  const RAMP = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];  // viridis
+  function forwardColor(n, total) {
+    const t = total > 1 ? (n - 1) / (total - 1) : 0, at = t * (RAMP.length - 1), i = Math.min(Math.floor(at), RAMP.length - 2);
+    const c = RAMP[i].map((v, j) => Math.round(v + (RAMP[i + 1][j] - v) * (at - i)));
+    return { background: `rgb(${c.join(",")})`, color: t > 0.55 ? "#111" : "#fff" };
+  }
+  function piece(id) {
+    if (id < 0) return "▢";
+    const text = data.pieces[String(id)];
+    if (text === undefined) return "#" + id;
+    return text === "" ? "∅" : text.replace(/ /g, "␣").replace(/\n/g, "↵").replace(/\t/g, "⇥");
+  }
+  function proxies(f, slot) {
+    if (!f || f.entropy[slot] === null || f.entropy[slot] === undefined) return "";
+    return ` · entropy ${f.entropy[slot]} · confidence ${f.confidence[slot]}`;
+  }
+  /* The decode as it stood after ``step`` forwards: the committed output, each token with the forward
+     that revealed it (NTP's forward for a replaced draft), and the forward's own block. */
+  function replay(trace, step) {
+    const out = [], revealedBy = new Map();
+    let before = null, rejected = null;
+    for (let i = 0; i < step; i++) {
+      const f = trace.forwards[i];
+      const isVoid = f.kind === "verify" && f.rejected_slot !== null && f.rejected_slot !== undefined;
+      let replacedAt = -1;
+      if (isVoid && before) {
+        replacedAt = before.start + f.rejected_slot;
+        revealedBy.set(replacedAt, { f, slot: null });  // NTP's token, read from this forward
+        if (i === step - 1) rejected = { at: replacedAt, drafts: before.tokens.slice(f.rejected_slot) };
+      }
+      if (!isVoid) for (const slot of f.revealed) revealedBy.set(f.start + slot, { f, slot });
+      for (const id of f.committed) {
+        const at = out.length, by = revealedBy.get(at) || { f, slot: null };
+        out.push({ id, by: by.f.n, f: by.f, slot: by.slot, replaced: at === replacedAt });
+      }
+      before = f;
+    }
+    return { out, current: step ? trace.forwards[step - 1] : null, previous: step > 1 ? trace.forwards[step - 2] : null, rejected };
+  }
+  function timeline(trace) {
+    const total = trace.forwards.length, config = data.configs[trace.config];
+    const finalLength = trace.forwards.reduce((s, f) => s + f.committed.length, 0);
+    const box = el("div", { class: "timeline", "data-config": config.name, "data-forwards": total, "data-step": 0 });
+    const label = el("span", { class: "step-label" });
+    const slider = el("input", { type: "range", min: 0, max: total, value: 0, "aria-label": "forward",
+      oninput: (e) => show(+e.target.value) });
+    let timer = null;
+    const play = el("button", { type: "button", class: "play", text: "play", onclick: () => {
+      if (timer) { stop(); return; }
+      if (+slider.value >= total) show(0);
+      play.textContent = "pause";
+      timer = setInterval(() => (+slider.value >= total ? stop() : show(+slider.value + 1)), 700);
+    } });
+    function stop() { clearInterval(timer); timer = null; play.textContent = "play"; }
+    const info = el("div", { class: "step-info" }), tokens = el("div", { class: "tokens" });
+    box.append(el("div", { class: "hint" }, `Decoding of example ${trace.id}${trace.sample ? " (sample " + trace.sample + ")" : ""} by `,
+      el("b", { text: config.name }), `: ${total} forwards, block size ${trace.block_size}. Tokens are coloured by the forward that revealed them; `
+      + "the outlined ones by this forward; dashed: revealed but not yet committed (drafts of a verified block); "
+      + "struck red: revoked or rejected; struck grey: a block voided by a rejection."),
+    el("div", { class: "controls" },
+      el("button", { type: "button", class: "first", text: "◀◀", title: "before the first forward", onclick: () => show(0) }),
+      el("button", { type: "button", class: "prev", text: "◀", title: "previous forward", onclick: () => show(Math.max(0, +slider.value - 1)) }),
+      slider,
+      el("button", { type: "button", class: "next", text: "▶", title: "next forward", onclick: () => show(Math.min(total, +slider.value + 1)) }),
+      el("button", { type: "button", class: "last", text: "▶▶", title: "after the last forward", onclick: () => show(total) }),
+      play, label),
+    info, tokens, scaleNode(total));
+    if (trace.problems.length) box.append(el("div", { class: "problems", text: "This trace disagrees with its record: " + trace.problems.join("; ") }));
+    function cell(cls, id, title, style, index) {
+      const node = el("span", { class: "tok " + cls, title, "data-index": index }, piece(id), el("span", { class: "idx", text: index === undefined ? "" : index }));
+      if (style) { node.style.background = style.background; node.style.color = style.color; }
+      return node;
+    }
+    function show(step) {
+      slider.value = step;
+      box.dataset.step = step;
+      label.textContent = `forward ${step} of ${total}`;
+      const { out, current: f, previous, rejected } = replay(trace, step);
+      tokens.textContent = "";
+      out.forEach((t, i) => {
+        const title = `output ${i} · token ${t.id} "${piece(t.id)}" · revealed by forward ${t.by}` + proxies(t.f, t.slot)
+          + (t.replaced ? " · NTP's token in place of a rejected draft" : "");
+        tokens.append(cell((t.by === step ? "now" : "") + (t.replaced ? " replaced" : ""), t.id, title, forwardColor(t.by, total), i));
+      });
+      if (rejected) {
+        rejected.drafts.forEach((id, j) => tokens.append(cell("rejected", id, j === 0 ? "draft rejected by NTP" : "draft dropped after the rejected one")));
+      }
+      let shown = out.length;
+      if (f && f.size) {
+        const isVoid = f.kind === "verify" && f.rejected_slot !== null && f.rejected_slot !== undefined;
+        const same = previous && previous.start === f.start && previous.size === f.size && previous.kind !== "ntp";
+        const ended = f.kind === "block" && f.committed.length > 0;  // the block is committed: what is left fell after a stop
+        for (let slot = 0; slot < f.size; slot++) {
+          const index = f.start + slot;
+          if (!isVoid && index < out.length) continue;  // committed already (a verify block's first slot)
+          const id = f.tokens[slot];
+          if (isVoid) { tokens.append(cell("void", id, "void: this block sat after the rejected draft", null, index)); continue; }
+          if (ended && id >= 0) { tokens.append(cell("void", id, `output ${index} · after the stop: dropped`, null, index)); continue; }
+          if (f.revoked.includes(slot)) {
+            const was = same ? previous.tokens[slot] : -1;
+            tokens.append(cell("revoked", was, `output ${index} · revoked by forward ${f.n}: masked again`, null, index));
+            continue;
+          }
+          if (id < 0) { tokens.append(cell("masked", id, `output ${index} · masked` + proxies(f, slot), null, index)); continue; }
+          const by = revealer(trace, step, index);
+          tokens.append(cell("draft" + (by.n === step ? " now" : ""), id, `output ${index} · token ${id} "${piece(id)}" · revealed by forward ${by.n}, not committed yet`
+            + proxies(by, slot), forwardColor(by.n, total), index));
+        }
+        shown = Math.max(shown, f.start + f.size);
+      }
+      for (let i = shown; i < finalLength; i++) tokens.append(cell("future", -1, "not decoded yet", null, i));
+      info.textContent = step ? describe(f, previous, out, total) : "Before the first forward: the prompt is in the cache, nothing is revealed.";
+    }
+    show(0);
+    return box;
+  }
+  function revealer(trace, step, index) {
+    for (let i = step - 1; i >= 0; i--) {
+      const f = trace.forwards[i];
+      if (f.revealed.some((slot) => f.start + slot === index)) return f;
+    }
+    return trace.forwards[step - 1];
+  }
+  function describe(f, previous, out, total) {
+    const kinds = { ntp: "NTP forward", block: "block forward", verify: "verify forward (a verified block's first)" };
+    const list = (slots) => slots.map((s) => `${f.start + s} "${piece(f.tokens[s])}"` + (f.entropy[s] !== null ? ` (H=${f.entropy[s]})` : "")).join(", ");
+    const parts = [`Forward ${f.n} of ${total}: ${kinds[f.kind]}`];
+    if (f.size) parts.push(`block at output ${f.start}–${f.start + f.size - 1} (${f.size} slots, ${f.masked.length} masked when it ran)`);
+    else parts.push("a final check of the last drafts, no block");
+    if (f.kind === "verify" && f.drafted) {
+      const rejectedText = f.rejected_slot === null || f.rejected_slot === undefined ? "" : previous
+        ? `; the draft "${piece(previous.tokens[f.rejected_slot])}" at output ${previous.start + f.rejected_slot} rejected, NTP's token taken instead: this forward's block is void`
+        : "; a draft rejected";
+      parts.push(`judged ${f.drafted} draft(s) of the previous block: ${f.accepted} accepted${rejectedText}`);
+    }
+    if (f.revealed.length) parts.push(`revealed ${f.revealed.length}: ${list(f.revealed)}`);
+    if (f.revoked.length) parts.push(`revoked ${f.revoked.length}: ${f.revoked.map((s) => f.start + s).join(", ")}`);
+    parts.push(f.committed.length ? `committed ${f.committed.length} token(s): "${f.committed.map(piece).join("")}"` : "committed nothing");
+    parts.push(`output so far: ${out.length} token(s)`);
+    return parts.join(" · ");
+  }
+  function scaleNode(total) {
+    const stops = RAMP.map((c, i) => `rgb(${c.join(",")}) ${(100 * i) / (RAMP.length - 1)}%`).join(", ");
+    return el("div", { class: "scale" }, "forward 1", el("span", { class: "bar", style: `background: linear-gradient(to right, ${stops})` }),
+      `forward ${total}`);
+  }
+
+  // ------------------------------------------------------------------------------------------- page
+  function renderTask() {
+    for (const tab of document.querySelectorAll("#tasks button")) {
+      tab.setAttribute("aria-selected", String(tab.dataset.task === taskName()));
+    }
+    renderBoard();
+    renderPlot();
+    renderExamples();
+  }
+  for (const button of document.querySelectorAll("#plot .switch button")) {
+    button.addEventListener("click", () => { state.speed = button.dataset.speed; renderPlot(); });
+  }
+  renderHeader();
+  renderTabs();
+  renderTask();
+  window.sbdReport = { ready: true, loadMs: performance.now(), diff };
+  document.body.dataset.ready = "true";
+})();

@@ -5,7 +5,8 @@
 Writes into the run folder (atomically, each file complete or absent):
   report.md               provenance, the main table, then three narrow detail tables (accuracy and speed
                           factors with 95% intervals, pass@k with several samples per example; wall-clock against predicted speed factors; the
-                          decoding profile), the measured cost curve, failures
+                          decoding profile; with math tasks, what the other scorer would change),
+                          the measured cost curve, failures
   table.csv               the main table: rows = solver configurations, columns = tasks,
                           cells = accuracy (%) / speed factor (NFE) relative to NTP
   rows.csv                one row per configuration x task with every summary figure

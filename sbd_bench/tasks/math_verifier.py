@@ -5,14 +5,15 @@ a worker process of its own so that every verdict keeps a time budget.
     >>> verifier.verdict("latex", r"so $\\boxed{2\\sqrt{3}}$", r"\\sqrt{12}")["correct"]
     True
 
-Why a process: math-verify bounds its own work with ``signal.alarm``, which works only in the main thread
-(elsewhere ``parse`` and ``verify`` raise ValueError) and only between Python bytecodes: a hostile output
-(``10^{10^{10^{10}}}``, a 10 MB ``\\boxed{}``, 10,000 nested braces) runs for minutes inside one regex or
-big-integer call that no signal interrupts. So the whole verdict (both parses, the comparison, the parsed
-forms as strings) runs in one long-lived worker, with math-verify's own timeouts off, while this side
-waits at most ``budget_s`` of wall clock for the reply. A worker that overruns, crashes or stops
-answering is killed, the verdict is a failed one with the reason, and the next verdict starts a fresh
-worker (its start, about a second, is not part of any verdict's budget). Nothing here raises.
+Why a process: a verdict can run for minutes on a hostile output (``10^{10^{10^{10}}}``, a 10 MB
+``\\boxed{}``, 10,000 nested braces), and math-verify's own timeouts are ``signal.alarm``: main thread
+only (elsewhere ``parse`` and ``verify`` raise ValueError), between Python bytecodes only (a long call
+into C runs on), per step (each parse, each compared pair) and silent (a timeout reads "not equal"). So
+the whole verdict (both parses, the comparison, the parsed forms as strings) runs in one long-lived
+worker, with math-verify's timeouts off, while this side waits at most ``budget_s`` of wall clock for
+the reply. A worker that overruns, crashes or stops answering is killed, the verdict is a failed one with
+the reason, and the next worker starts at once (its start, about a second, is no part of any verdict's
+budget). Nothing here raises.
 
 This file is also the worker: ``python -c <this file's text>`` runs ``serve()``. It imports only the
 standard library at the top, so the run's own process never loads sympy.
@@ -38,8 +39,7 @@ import time
 
 BUDGET_S = 5.0  # wall clock per verdict: math-verify's own default per parse and per comparison
 START_BUDGET_S = 120.0  # a worker's start (imports sympy; minutes only on a machine far over its cores)
-MEMORY_BYTES = 4 << 30  # the worker's address space: 10^(10^10) fails with MemoryError instead of swapping
-RULES = ("latex", "expression")
+MEMORY_BYTES = 4 << 30  # the worker's address space: a verdict that needs more fails, the machine keeps its memory
 MAX_CHARS = 300  # of each string a verdict reports (a parsed form of a hostile output can be megabytes)
 
 
@@ -196,7 +196,7 @@ def math_verifier() -> MathVerifier:
         import atexit
 
         _SHARED = MathVerifier()
-        atexit.register(_SHARED.close)
+        atexit.register(_SHARED.close, True)  # killed: it holds nothing worth a graceful end
     return _SHARED
 
 

@@ -110,7 +110,7 @@ class GSM8K(MathTask):
 @register_task
 class MATH500(MathTask):
     name = "math500"
-    description = "competition math, last \\boxed{} answer (local file: problem, answer or solution)"
+    description = "competition math, \\boxed{} answer checked by math-verify (local file: problem, answer or solution)"
     layout = "problem (str), answer (str) or solution (str with \\boxed{})"
     plain_stop = ("\n\nProblem:",)
     max_new_tokens = 2048
@@ -141,7 +141,7 @@ class MATH500(MathTask):
 @register_task
 class AIME(MATH500):
     name = "aime"
-    description = "AIME problems, integer answer in the last \\boxed{} (local file: problem, answer)"
+    description = "AIME problems, integer answer checked by math-verify (local file: problem, answer)"
     layout = "problem or question (str), answer (str or int)"
     max_new_tokens = 4096
     rule = "expression"

@@ -77,11 +77,17 @@ def test_gsm8k_loader_and_verdicts():
     t = task("gsm8k", "gsm8k_sample.jsonl")
     assert [e.answer for e in t.examples()] == ["1200", "3", "3.5"]
     assert t.encode is not None and "Question:" in t.plain_prompt(t.examples()[0])
-    assert verdict(t, "1", "300 * 4 = 1,200.\n#### 1,200") == (True, {"extracted": "1200"})
-    assert verdict(t, "1", "It sells many pens.") == (False, {"extracted": None})
+    ok, detail = verdict(t, "1", "300 * 4 = 1,200.\n#### 1,200")
+    assert ok and detail["scorer"] == "math_verify" and detail["simple"] == {"correct": True, "extracted": "1200"}
+    assert detail["math_verify"] == {"correct": True, "extracted": "1200", "parsed": ["1200"],
+                                     "reference_parsed": ["1200"]}
+    ok, detail = verdict(t, "1", "It sells many pens.")
+    assert not ok and detail["simple"] == {"correct": False, "extracted": None}
+    assert detail["math_verify"]["extracted"] is None and detail["math_verify"]["parsed"] == []
     assert verdict(t, "3", "half is 3.50\n#### 3.50")[0]
     # a stop sequence inside the answer: what follows it (a new question and its answer) is not the answer
-    assert verdict(t, "2", "5 - 2 = 3\n#### 3\n\nQuestion: and 9?\nAnswer: #### 9") == (True, {"extracted": "3"})
+    ok, detail = verdict(t, "2", "5 - 2 = 3\n#### 3\n\nQuestion: and 9?\nAnswer: #### 9")
+    assert ok and detail["simple"]["extracted"] == "3" and detail["math_verify"]["extracted"] == "3"
 
 
 def test_math500_and_aime_verdicts():
@@ -89,14 +95,21 @@ def test_math500_and_aime_verdicts():
     assert [e.answer for e in t.examples()] == [r"\frac{3}{4}", r"2\sqrt{3}", "2"]
     assert verdict(t, "test/algebra/1.json", r"sum: $\boxed{\dfrac{3}{4}}$")[0]
     assert verdict(t, "test/algebra/2.json", r"$\boxed{2\sqrt{3}}$")[0]
-    assert verdict(t, "test/algebra/1.json", r"\boxed{\frac{3}{4}} no wait \boxed{1}") == (False, {"extracted": "1"})
-    assert verdict(t, "test/algebra/3.json", "the answer is 2") == (False, {"extracted": None})
+    ok, detail = verdict(t, "test/algebra/1.json", r"\boxed{\frac{3}{4}} no wait \boxed{1}")
+    assert not ok and detail["simple"] == {"correct": False, "extracted": "1"}
+    # no box: the simple scorer finds no answer, math-verify takes the one after 'the answer is'
+    ok, detail = verdict(t, "test/algebra/3.json", "the answer is 2")
+    assert ok and detail["simple"] == {"correct": False, "extracted": None} and detail["math_verify"]["extracted"] == "2"
     assert verdict(t, "test/algebra/3.json", "\\boxed{2}\n\nProblem:\nNext \\boxed{5}")[0]  # stop inside
+    simple = task("math500", "math500_sample.jsonl", scorer="simple")
+    assert verdict(simple, "test/algebra/3.json", "the answer is 2")[0] is False  # the records before math-verify
     aime = task("aime", "aime_sample.jsonl")
     assert [e.answer for e in aime.examples()] == ["24", "1"]
     assert verdict(aime, "2025-I-1", r"\boxed{024}")[0] and not verdict(aime, "2025-I-1", r"\boxed{240}")[0]
-    assert verdict(aime, "2025-I-1", r"\boxed{1024} mod 1000 is \boxed{24}")[0]  # several: the last
-    assert verdict(aime, "2025-I-2", "1001 mod 1000 = 1") == (False, {"extracted": None})  # no box, no answer
+    ok, detail = verdict(aime, "2025-I-1", r"\boxed{1024} mod 1000 is \boxed{24}")  # several: the last
+    assert ok and detail["simple"]["correct"] and detail["math_verify"]["parsed"] == ["24"]
+    ok, detail = verdict(aime, "2025-I-2", "1001 mod 1000 = 1")  # no box: math-verify's last expression
+    assert ok and detail["simple"] == {"correct": False, "extracted": None} and detail["math_verify"]["parsed"] == ["1"]
 
 
 def test_thinking_is_dropped_before_extraction():
@@ -198,8 +211,10 @@ def test_hostile_code_outputs_get_failed_verdicts(task_name, kind):
         "math500-blanks"])
 def test_hostile_math_outputs_get_failed_verdicts(task_name, file, example_id, output):
     t = task(task_name, file)
+    t.budget_s = 1.0  # math-verify's, in its worker (its default budget: tests/test_math_scoring.py)
     (ok, detail), seconds = cpu_seconds(lambda: verdict(t, example_id, output))
     assert ok is False and "error" not in detail, detail
+    assert detail["simple"]["correct"] is False and detail["math_verify"]["correct"] is False
     assert seconds < 1.0, f"{seconds:.2f} s of the scorer's CPU time"
 
 

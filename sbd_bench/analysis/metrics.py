@@ -292,6 +292,27 @@ def ntp_mismatch_warning(records: Iterable[dict], exact: bool) -> str | None:
             f"--exact removes it (verified = ntp bit for bit), --dtype float32 makes it rare")
 
 
+def scorer_changes(records: Iterable[dict]) -> list[dict]:
+    """Per (task, config, scorer) of the samples judged by two scorers (math tasks: ``score_detail`` names
+    ``scorer``, ``other_scorer`` and ``other_correct``): ``verdicts``, how many of them the other scorer
+    would turn to a pass (``other_passes``) or to a fail (``other_fails``), and how many got no verdict
+    from math-verify (``no_math_verify_verdict``: it timed out, or its worker died). Repeats count once."""
+    rows: dict[tuple, dict] = {}
+    for r in collapse_repeats(records):
+        detail = r.get("score_detail")
+        if r.get("error") or not isinstance(detail, dict) or "other_correct" not in detail:
+            continue
+        key = (r["task"], r["config"], detail["scorer"])
+        row = rows.setdefault(key, {"task": key[0], "config": key[1], "scorer": key[2],
+                                    "other_scorer": detail["other_scorer"], "verdicts": 0, "other_passes": 0,
+                                    "other_fails": 0, "no_math_verify_verdict": 0})
+        row["verdicts"] += 1
+        row["other_passes"] += bool(detail["other_correct"] and not r["correct"])
+        row["other_fails"] += bool(r["correct"] and not detail["other_correct"])
+        row["no_math_verify_verdict"] += "error" in (detail.get("math_verify") or {})
+    return list(rows.values())
+
+
 def _length_against_ntp(recs: list[dict], ntp_tokens: dict[tuple, int]) -> dict:
     """Mean output length against NTP's on the examples both finished (see the module docstring)."""
     pairs = [(r["tokens"], ntp_tokens[pairing_key(r)]) for r in recs

@@ -5,7 +5,8 @@
 Writes into the run folder (atomically, each file complete or absent):
   report.md               provenance, the main table, then three narrow detail tables (accuracy and speed
                           factors with 95% intervals, pass@k with several samples per example; wall-clock against predicted speed factors; the
-                          decoding profile), the measured cost curve, failures
+                          decoding profile; with math tasks, what the other scorer would change),
+                          the measured cost curve, failures
   table.csv               the main table: rows = solver configurations, columns = tasks,
                           cells = accuracy (%) / speed factor (NFE) relative to NTP
   rows.csv                one row per configuration x task with every summary figure
@@ -33,7 +34,7 @@ from typing import Callable
 from ..types import SUMMARY_ROW_FIELDS
 from .formats import (LENGTH_FOOTNOTE, LENGTH_MARK, _interval, _num, _pct, _x, dominates, length_mark, pareto_front,
                       sampled_rows)  # dominates: report.dominates, as before the formats moved out (tests use it)
-from .metrics import BASELINE_SOLVER, is_verified, ntp_mismatch_warning, summarize
+from .metrics import BASELINE_SOLVER, is_verified, ntp_mismatch_warning, scorer_changes, summarize
 from .records import (SUMMARY, RunFolderError, free_path, is_run_summary, load_run, prepare_output_folder,
                       remove_empty_folders, starts_with, write_atomic, write_text_atomic)
 from .page import PAGE, write_page
@@ -157,8 +158,29 @@ def provenance_lines(summary: dict) -> list[str]:
     p = summary.get("provenance") or {}
     keys = ("command", "git_commit", "git_dirty", "model_path", "model_hash", "device", "device_name", "gpu_name",
             "driver_version", "cuda", "cpu", "threads", "dtype", "attn_implementation", "exact", "torch", "transformers",
-            "seed", "sandbox", "started")
+            "seed", "sandbox", "math_verify", "started")
     return [f"- {k}: `{p.get(k)}`" for k in keys if p.get(k) is not None]
+
+
+def scorer_lines(changes: list[dict], rows: list[dict]) -> list[str]:
+    """The section on the math scorers (metrics.scorer_changes), in the report's order; none without them."""
+    if not changes:
+        return []
+    tasks, configs = task_order(rows), config_order(rows)
+
+    def place(c):
+        return (tasks.index(c["task"]) if c["task"] in tasks else len(tasks),
+                configs.index(c["config"]) if c["config"] in configs else len(configs))
+
+    header = ["task", "config", "scorer", "verdicts", "other scorer", "it would pass", "it would fail",
+              "no math-verify verdict"]
+    body = [[c["task"], c["config"], c["scorer"], str(c["verdicts"]), c["other_scorer"], str(c["other_passes"]),
+             str(c["other_fails"]), str(c["no_math_verify_verdict"])] for c in sorted(changes, key=place)]
+    return ["### Math scorers", "", "Every math answer is judged by both scorers (docs/benchmarks.md, 'Scoring math "
+            "answers'); accuracy counts the task's `scorer`. 'It would pass' / 'it would fail': how many of these "
+            "verdicts the other scorer turns. 'No math-verify verdict': math-verify ran out of its time budget or "
+            "its worker died (each sample's `score_detail` says which), a failed verdict.", "",
+            markdown(header, body), ""]
 
 
 def cost_curve_lines(summary: dict) -> list[str]:
@@ -377,8 +399,9 @@ def _table_section(title: str, intro: str, rows: list[dict], columns: list[Colum
 
 
 def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dict[str, dict],
-                warning: str | None = None) -> str:
-    """report.md; ``warning``: verified outputs that differ from NTP's (metrics.ntp_mismatch_warning)."""
+                warning: str | None = None, scorers: list[dict] | None = None) -> str:
+    """report.md; ``warning``: verified outputs that differ from NTP's (metrics.ntp_mismatch_warning);
+    ``scorers``: metrics.scorer_changes of the records."""
     header, body = main_table(rows)
     text = [f"{REPORT_TITLE}{run_dir.name}", ""]
     if not summary.get("complete"):
@@ -413,6 +436,7 @@ def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dic
         "examples. Acceptance: verified configurations (`verify=on`) only, the share of drafted tokens NTP's argmax "
         "confirmed.",
         rows, profile_columns())
+    text += scorer_lines(scorers or [], rows)
     text += cost_curve_lines(summary) + [""]
     failures = summary.get("failures") or []
     if failures:
@@ -463,7 +487,8 @@ def _write_report(run_dir: Path, out_dir: Path | None, summary: dict, records: l
     warning = ntp_mismatch_warning(records, exact=bool((summary.get("provenance") or {}).get("exact")))
     # report.md first: it marks the folder as a report's (check_report_folder), so a report that a full disk
     # stopped halfway is replaced by the same command run again, not refused as someone else's files
-    write_text_atomic(out_dir / "report.md", report_text(run_dir, summary, rows, predictions, warning))
+    write_text_atomic(out_dir / "report.md", report_text(run_dir, summary, rows, predictions, warning,
+                                                        scorer_changes(records)))
     write_text_atomic(out_dir / "table.csv", csv_text(*main_table(rows)))
     long_header = list(SUMMARY_ROW_FIELDS) + list(predictions)
     long_body = [[json.dumps(r.get(f)) if isinstance(r.get(f), dict) else r.get(f) for f in SUMMARY_ROW_FIELDS]

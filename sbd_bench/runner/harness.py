@@ -41,6 +41,8 @@ from ..core.model import MODELS_DIR, LoadedModel, cpu_model, device_name, folder
 from ..registry import parse_solver_spec, solver_registry
 from ..tasks import load_task, task_options, task_registry
 from ..tasks.code_tasks import CodeTask
+from ..tasks.math_tasks import MathTask
+from ..tasks.math_verifier import describe as describe_math_verify
 from ..sandbox import isolation
 from ..types import SCHEMA_VERSION, Example, Solver, Task, UsageError
 from .batches import batched_records, warm_up_batches
@@ -353,6 +355,9 @@ def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list
         prov["unknown_characters"] = unknown
     if any(isinstance(task, CodeTask) for task in tasks):  # how the generated code was isolated when judged
         prov["sandbox"] = isolation().describe()
+    math_tasks = [task for task in tasks if isinstance(task, MathTask)]
+    if math_tasks:  # what judged the math answers (each record names its scorer)
+        prov["math_verify"] = describe_math_verify(max(task.budget_s for task in math_tasks))
     resumption = {**{k: prov[k] for k in ("command", "git_commit", "started", "threads", "threads_chosen")},
                   "records_kept": len(kept)}
     if summary is None:

@@ -194,6 +194,8 @@ def mine(tmp_path_factory, w) -> dict:
     paths["tasks"] = root / "tasks"
     paths["tasks"].mkdir()
     (paths["tasks"] / "a.jsonl").write_text('{"id": "a", "prompt": "1+1="}\n')
+    paths["chat_task"] = root / "chat_task.jsonl"
+    paths["chat_task"].write_text('{"id": "a", "messages": [{"role": "user", "content": "1+1="}]}\n')
     shipped = ROOT / "models" / "sbd-tiny"
     paths["no_tokenizer"] = root / "no_tokenizer"
     paths["no_tokenizer"].mkdir()
@@ -242,12 +244,13 @@ REFUSED = {
     "compare --accuracy-tol 5": ("compare {run} {run} --accuracy-tol 5", "write --accuracy-tol 0.05"),
     "--chat-template, synthetic task": ("run --model {broken_model} --task arith --chat-template",
                                         "--chat-template applies to the benchmark tasks"),
-    "--chat-template, JSONL task": ("run --model {broken_model} --task {tasks}/a.jsonl --chat-template",
-                                    "not to {tasks}/a.jsonl (a JSONL file): drop --chat-template"),
+    "JSONL messages without --chat-template": ("run --model {broken_model} --task {chat_task}",
+                                               "{chat_task}:1: 'messages' is a conversation for the model's chat "
+                                               "template: add --chat-template"),
     "--thinking on, synthetic task": ("run --model {broken_model} --task arith --thinking on",
                                       "--thinking on applies to the benchmark tasks (humaneval"),
     "--thinking on, JSONL task": ("run --model {broken_model} --task {tasks}/a.jsonl --thinking on",
-                                  "not to {tasks}/a.jsonl (a JSONL file): drop --thinking on"),
+                                  "--thinking only applies through a chat template: add --chat-template"),
     "--model README.md": ("run --model {readme}", "model '{readme}' is a file, not a model folder: give a local "
                                                   "Hugging Face folder (config.json + weights + tokenizer) or a shipped"),
     "--model a file": ("run --model {broken_model}/config.json", "is a file, not a model folder: give the folder "

@@ -155,3 +155,17 @@ def test_a_published_look_alike_trains_exports_and_decodes_with_its_chat_templat
     assert rc == 0 and len(records) == 4 and not any(r["error"] for r in records)
     tok = tokenizer_of(out)
     assert {r["prompt_tokens"] for r in records if r["id"] == "1"} == {len(encode_chat(tok, CHAT[1:2]))}
+
+
+def test_plan_counts_the_rows_training_trains(bases, capsys):
+    """`--plan --base` plans the model `train` builds: the mask (and pad) row where the embedding has no
+    spare one, none where it has."""
+    from sbd_bench.cli import main
+
+    for name in ("full", "chatml"):
+        model = build_model(TrainConfig(out="", **TINY), bases[name])[0]
+        capsys.readouterr()
+        assert main(["train", "--plan", "--base", str(bases[name]), "--device", "cpu"]) == 0
+        planned = json.loads(capsys.readouterr().out.splitlines()[-1])
+        assert planned["parameters"] == sum(p.numel() for p in model.parameters()), name
+        assert planned["embedding_rows"] == model.get_input_embeddings().weight.shape[0], name

@@ -596,7 +596,7 @@ def train_process(out: Path, *flags: str, cwd: Path, **popen) -> subprocess.Pope
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.Popen([sys.executable, "-m", "sbd_bench", "train", *TRAIN_TINY, "--batch-size", "2", "--out",
                              str(out), *flags],
-                            cwd=cwd, env=env, text=True, preexec_fn=sigint_at_default, **popen)
+                            cwd=cwd, env=env, text=True, **{"preexec_fn": sigint_at_default, **popen})
 
 
 def test_train_stops_at_a_non_finite_loss_keeping_the_last_checkpoint(tmp_path):

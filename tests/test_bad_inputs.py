@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from children import sigint_at_default
 from measure_fixtures import crafted_run, standard_records
 from sbd_bench.analysis.records import RunFolderLock
 
@@ -194,6 +195,8 @@ def mine(tmp_path_factory, w) -> dict:
     paths["tasks"] = root / "tasks"
     paths["tasks"].mkdir()
     (paths["tasks"] / "a.jsonl").write_text('{"id": "a", "prompt": "1+1="}\n')
+    paths["chat_task"] = root / "chat_task.jsonl"
+    paths["chat_task"].write_text('{"id": "a", "messages": [{"role": "user", "content": "1+1="}]}\n')
     shipped = ROOT / "models" / "sbd-tiny"
     paths["no_tokenizer"] = root / "no_tokenizer"
     paths["no_tokenizer"].mkdir()
@@ -242,12 +245,13 @@ REFUSED = {
     "compare --accuracy-tol 5": ("compare {run} {run} --accuracy-tol 5", "write --accuracy-tol 0.05"),
     "--chat-template, synthetic task": ("run --model {broken_model} --task arith --chat-template",
                                         "--chat-template applies to the benchmark tasks"),
-    "--chat-template, JSONL task": ("run --model {broken_model} --task {tasks}/a.jsonl --chat-template",
-                                    "not to {tasks}/a.jsonl (a JSONL file): drop --chat-template"),
+    "JSONL messages without --chat-template": ("run --model {broken_model} --task {chat_task}",
+                                               "{chat_task}:1: 'messages' is a conversation for the model's chat "
+                                               "template: add --chat-template"),
     "--thinking on, synthetic task": ("run --model {broken_model} --task arith --thinking on",
                                       "--thinking on applies to the benchmark tasks (humaneval"),
     "--thinking on, JSONL task": ("run --model {broken_model} --task {tasks}/a.jsonl --thinking on",
-                                  "not to {tasks}/a.jsonl (a JSONL file): drop --thinking on"),
+                                  "--thinking only applies through a chat template: add --chat-template"),
     "--model README.md": ("run --model {readme}", "model '{readme}' is a file, not a model folder: give a local "
                                                   "Hugging Face folder (config.json + weights + tokenizer) or a shipped"),
     "--model a file": ("run --model {broken_model}/config.json", "is a file, not a model folder: give the folder "
@@ -592,7 +596,7 @@ def train_process(out: Path, *flags: str, cwd: Path, **popen) -> subprocess.Pope
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.Popen([sys.executable, "-m", "sbd_bench", "train", *TRAIN_TINY, "--batch-size", "2", "--out",
                              str(out), *flags],
-                            cwd=cwd, env=env, text=True, **popen)
+                            cwd=cwd, env=env, text=True, **{"preexec_fn": sigint_at_default, **popen})
 
 
 def test_train_stops_at_a_non_finite_loss_keeping_the_last_checkpoint(tmp_path):

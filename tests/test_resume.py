@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from children import sigint_at_default
 from measure_fixtures import make_task_file, make_tiny_model
 from sbd_bench.analysis import metrics
 from sbd_bench.cli import main
@@ -179,7 +180,7 @@ def test_resume_of_a_folder_that_is_not_a_run(tmp_path, capsys):
 
 def sbd_process(*args) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "sbd_bench", *map(str, args)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_at_default)
 
 
 def test_one_writer_per_folder_and_ctrl_c_prints_the_resume_command(setup, tmp_path):

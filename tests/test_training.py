@@ -206,6 +206,33 @@ def test_base_without_mask_token_gets_one(tiny_models, tmp_path):
     assert lm.model.get_input_embeddings().weight.shape[0] == len(lm.tokenizer)
 
 
+def test_ctrl_c_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_path, capsys, monkeypatch):
+    """Ctrl-C in DCP's writer (where a SIGINT after a `[N/...]` line lands when N is a save step): DCP
+    hands it back wrapped as a rank's failure, which read as 'cannot write the checkpoint ...: unknown
+    error', exit 2. It is an interruption: the partial copy goes, the previous checkpoint stays."""
+    from torch.distributed.checkpoint import filesystem
+
+    write, calls = filesystem._write_files_from_queue, []
+
+    def interrupted_second_save(*args, **kwargs):  # the function DCP runs each save's files through
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(filesystem, "_write_files_from_queue", interrupted_second_save)
+    out = tmp_path / "o"
+    rc = main(["train", "--data", "reverse", "--train-examples", "16", "--steps", "400", "--batch-size", "2",
+               "--save-every", "2", "--out", str(out), "--threads", "1", *TINY])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 130 and len(calls) == 2, err
+    at = next(i for i, line in enumerate(err) if line.startswith("interrupted"))
+    assert err[at] == (f"interrupted while writing the step-4 checkpoint (its partial copy is removed): the step-2 "
+                       f"checkpoint is kept in {out}; continue with")
+    assert err[at + 1].strip().endswith("--resume") and err[at + 3].strip() == f"python -m sbd_bench train --export --out {out}"
+    assert read_meta(latest(out))["step"] == 2 and not (out / f"{CHECKPOINT_DIR}.tmp").exists()
+
+
 # ------------------------------------------------------------------------------------ bad input
 def _bad(argv, capsys, *words):
     rc = main(argv)

@@ -189,3 +189,77 @@ def test_lora_trains_adapters_and_the_mask_row_and_exports_a_plain_model(tmp_pat
     assert changed == [mask_id]  # of the embeddings, only the mask token's row trained
     lm = load_model(out, device="cpu")
     assert lm.mask_token_id == mask_id
+
+
+PEAK_CHILD = """
+import json, sys
+import torch
+from sbd_bench.training.config import TrainConfig
+from sbd_bench.training.model import build_model
+from sbd_bench.training.parallel import Parallel, wrap
+from sbd_bench.training.data import training_groups
+from sbd_bench.training.train import draw_step, train_step
+
+def rss(key):  # bytes of this process: VmRSS now, VmHWM its peak since the last reset
+    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(key))
+
+def steps(batch, **dims):  # a run's model, optimizer and two steps (AdamW's state exists in the second)
+    cfg = TrainConfig(out="", data=sys.argv[1], batch_size=batch, block_size=16, min_block_size=16, **dims)
+    model, tok = build_model(cfg, None)
+    par = Parallel("single", 0, 0, 1, torch.device("cpu"))
+    model = wrap(model.train(), cfg, par)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, betas=(0.9, 0.95))
+    groups = training_groups(cfg.data, tok, 1, 0)
+    for step in range(2):
+        part = draw_step(groups, cfg, step, tok.pad_token_id, tok.mask_token_id, with_mask=False)
+        train_step(model, optimizer, part, cfg, par, step)
+    return part.ids.shape[1]
+
+torch.set_num_threads(1)
+steps(2, hidden_size=32, layers=1, heads=4, intermediate_size=64)  # the libraries load (the plan leaves them out)
+peaks = {}
+for batch in (1, 16):
+    base = rss("VmRSS")
+    open("/proc/self/clear_refs", "w").write("5")  # resets VmHWM
+    length = steps(batch, hidden_size=256, layers=4, heads=4, intermediate_size=1024, max_positions=256)
+    peaks[batch] = (rss("VmHWM") - base, length)
+print(json.dumps(peaks))
+"""
+
+
+def test_plan_is_within_15_percent_of_the_measured_peak_on_the_cpu(tmp_path, capsys):
+    """`train --plan --device cpu` against the peak a child process reaches over its memory with the
+    libraries loaded, at batch 1 (weights, gradients and AdamW dominate) and 16 (activations do), for a
+    model built from scratch (its mask row counted). The child runs with MALLOC_MMAP_THRESHOLD_ set, so
+    that glibc gives freed blocks back and its peak RSS is the peak of live memory (as CUDA's
+    max_memory_allocated is); without it glibc keeps them and peak RSS runs higher (docs/training.md)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from sbd_bench.cli import main
+
+    if not Path("/proc/self/clear_refs").exists():
+        pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak RSS")
+    data = tmp_path / "reverse.jsonl"  # 15 letters and their reverse: 32 tokens with BOS and EOS
+    data.write_text("".join(json.dumps({"prompt": w, "completion": w[::-1]}) + "\n"
+                            for w in ("abcdefghijklmno", "pqrstuvwxyzabcd", "efghijklmnopqrs")))
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.run([sys.executable, "-c", PEAK_CHILD, str(data)], env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert child.returncode == 0, child.stderr[-2000:]
+    compared = []
+    for batch, (peak, length) in json.loads(child.stdout.splitlines()[-1]).items():
+        capsys.readouterr()
+        assert main(["train", "--plan", "--device", "cpu", "--hidden-size", "256", "--layers", "4", "--heads", "4",
+                     "--intermediate-size", "1024", "--max-positions", "256", "--batch-size", batch,
+                     "--seq-len", str(length)]) == 0
+        compared.append((batch, length, json.loads(capsys.readouterr().out.splitlines()[-1])["total"] * 1e9, peak))
+    with capsys.disabled():  # the figures docs/training.md quotes (pytest -s)
+        for batch, length, planned, peak in compared:
+            print(f"\nbatch {batch}, {length} positions: planned {planned / 1e9:.3f} GB, measured {peak / 1e9:.3f} GB "
+                  f"({planned / peak:.2f}x)")
+    assert all(abs(planned - peak) <= 0.15 * peak for _, _, planned, peak in compared), compared

@@ -80,3 +80,65 @@ def build_issue_model(folder: Path, family: str = "llama", seed: int = 7, max_po
     fast.save_pretrained(folder)
     model.save_pretrained(folder)
     return folder
+
+
+# Chat templates as published models write them (trimmed to what matters here): Llama-3's, whose
+# generation prompt ends in "\n\n", and ChatML (Qwen2/3), whose ends in "\n".
+LLAMA3_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+                   "{{ m['content'] | trim }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
+                   "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+CHATML_TEMPLATE = ("{% for m in messages %}{% if m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n"
+                   "{{ m['content'] }}\n</tool_response><|im_end|>\n{% else %}<|im_start|>{{ m['role'] }}\n"
+                   "{{ m['content'] }}<|im_end|>\n{% endif %}{% endfor %}"
+                   "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+BPE_CORPUS = ["hello world, how are you?", "Say hi.", "what is 12 plus 30? It is 42.", "The cat sat on the mat.\n\n",
+              "be brief\n\nyes\n\nno", "Answer: 7\n\nQuestion: 3+4?", "count to five: one two three four five"]
+
+
+def build_bpe_chat_model(folder: Path, style: str = "llama3", spare_rows: int = 0, rows_multiple: int = 1,
+                         seed: int = 0, hidden: int = 32, layers: int = 2) -> Path:
+    """A look-alike of a published chat model (../shared/STACK.md, 'Published tokenizers'): a byte-level
+    BPE trained here with the GPT-2 split pattern (the ByteLevel default), no mask token, and random
+    weights whose embedding has ``spare_rows`` rows past the tokenizer, rounded up to a multiple of
+    ``rows_multiple`` (as Llama and Qwen pad theirs). ``style``: "llama3" (Llama
+    3's special tokens, a BOS added to every text, pad-less, EOS <|eot_id|>, its template: the
+    generation prompt ends in "\\n\\n", one token at the end of a text and two before a word) on a
+    Llama; "chatml" (Qwen's: no BOS, EOS <|im_end|>, pad <|endoftext|>) on a Qwen3."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    if style == "llama3":
+        specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+        names = dict(bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")
+        template = LLAMA3_TEMPLATE
+    elif style == "chatml":
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+        names = dict(eos_token="<|im_end|>", pad_token="<|endoftext|>")
+        template = CHATML_TEMPLATE
+    else:
+        raise ValueError(f"unknown style {style!r}: llama3 or chatml")
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tk.train_from_iterator(BPE_CORPUS * 20, trainer=trainer)
+    if style == "llama3":
+        bos = names["bos_token"]
+        tk.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tk.token_to_id(bos))])
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, **names)
+    tok.chat_template = template
+    shape = dict(vocab_size=-(-(len(tok) + spare_rows) // rows_multiple) * rows_multiple, hidden_size=hidden, intermediate_size=2 * hidden,
+                 num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                 bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(seed)
+    if style == "llama3":
+        model = LlamaForCausalLM(LlamaConfig(**shape, tie_word_embeddings=False))
+    else:
+        model = Qwen3ForCausalLM(Qwen3Config(**shape, head_dim=hidden // 4, tie_word_embeddings=True))
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder

@@ -79,12 +79,21 @@ class BrokenModelError(DecodeError):
 
 def check_logits(lm: LoadedModel, logits: torch.Tensor, where: str) -> None:
     """Raise ``BrokenModelError`` when ``logits`` hold NaN or +inf (-inf is a masked token). A device read:
-    called once before a run decodes, and where a solver seems to have broken its contract."""
+    called once before a run decodes, and where a solver seems to have broken its contract. During a
+    decode the same test rides on each forward's one read (``Decoder.finite``)."""
     if bool((logits.isnan() | logits.isposinf()).any()):
-        dtype = str(lm.dtype).removeprefix("torch.")
-        hint = "" if lm.dtype == torch.float32 else f"--dtype float32 if {dtype} overflows, or "
-        raise BrokenModelError(f"the model {lm.path} computes NaN or infinite logits ({where}) in {dtype}: it cannot "
-                               f"decode; use {hint}weights saved before its training diverged")
+        raise broken_model(lm, where)
+
+
+def broken_model(lm: LoadedModel, where: str) -> BrokenModelError:
+    dtype = str(lm.dtype).removeprefix("torch.")
+    hint = "" if lm.dtype == torch.float32 else f"--dtype float32 if {dtype} overflows, or "
+    return BrokenModelError(f"the model {lm.path} computes NaN or infinite logits ({where}) in {dtype}: it cannot "
+                            f"decode; use {hint}weights saved before its training diverged")
+
+
+class _NonFiniteLogits(Exception):
+    """A forward's logits read back as not finite for a row with work; ``generate_batch`` names the model."""
 
 
 def check_model_output(lm: LoadedModel, prompt_ids: list[int]) -> None:
@@ -213,6 +222,10 @@ class Decoder:
         self.last_logits = logits  # a reference only: read when a solver seems to break its contract
         if self.lm.mask_token_id >= 0:  # the mask token is never emitted
             logits.index_fill_(-1, self._mask_index, float("-inf"))
+        # (B, 1) whether each row's logits are free of NaN and +inf: read back with the tokens chosen from them
+        # (``to_host``), so a model that breaks mid-run (bf16 overflow on a long context) stops the decode at
+        # that forward, for one reduction on the device and no read of its own
+        self.finite = (logits.amax(dim=(1, 2)) <= torch.finfo(logits.dtype).max)[:, None]
         return logits
 
     # ------------------------------------------------------------------------------- the steps
@@ -332,6 +345,8 @@ class Decoder:
         except SolverContractError:  # NaN logits make any solver look broken: the model is named instead
             check_logits(self.lm, self.last_logits, f"forward {self.counters.nfe} of {solver.label}")
             raise
+        except _NonFiniteLogits:
+            raise broken_model(self.lm, f"forward {self.counters.nfe} of {solver.label}") from None
         t2 = _clock(device)
         batch = len(rows)
         if trace:
@@ -352,7 +367,8 @@ class Decoder:
         while working:
             logits = self.ntp_step(token, position, cache, self._key_pad(rows, cache, 1), working)  # (B, 1, V)
             token, position = self.next_tokens(logits, rows, working), position + 1  # (B, 1)
-            picked = token.tolist()  # the forward's one device read
+            picked, finite = to_host(token, self.finite)  # the forward's one device read
+            self._check_finite(rows, finite)
             proxies = self._proxies(logits) if self._tracing else None
             for b in working:
                 r = rows[b]
@@ -499,10 +515,13 @@ class Decoder:
         forward (``max_block_forwards``) every slot still masked is revealed and the solver's remask ignored.
         Returns (the block, host rows of each of ``also``, host rows of the block)."""
         if not working:
-            return block, *to_host(*also, block)
+            *host, finite = to_host(*also, block, self.finite)
+            self._check_finite(rows, finite)
+            return block, *host
         forced = step + 1 >= self.max_block_forwards
         picked, remask, block = self._choose(solver, logits, block, rows, working, step, forced)
-        host = to_host(*also, block, picked, *([remask] if remask is not None else []))
+        host = to_host(*also, block, picked, *([remask] if remask is not None else []), self.finite)
+        self._check_finite(rows, host.pop())
         dropped = host.pop() if remask is not None else None
         picked = host.pop()
         name = solver.name
@@ -532,6 +551,11 @@ class Decoder:
             r.reveal_step = [step if c else -1 if d else s
                              for s, c, d in zip(r.reveal_step, row_picked, row_dropped or [False] * len(row_picked))]
         return block, *host
+
+    def _check_finite(self, rows: list[_Row], finite: list[list[bool]]) -> None:
+        """Stop at a forward whose logits were NaN or +inf for a row still decoding (``forward``'s flag)."""
+        if not all(ok[0] or r.stop_reason for r, ok in zip(rows, finite)):
+            raise _NonFiniteLogits
 
     def _choose(self, solver: Solver, logits: torch.Tensor, block: torch.Tensor, rows: list[_Row],
                 working: list[int], step: int, forced: bool = False):
@@ -844,9 +868,9 @@ def sampled_verdict(pending: list[int], accepted: int, token: int, final: bool) 
 
 
 def to_host(*tensors: torch.Tensor) -> list[list[list]]:
-    """(B, w) tensors (the carried tokens' NTP argmax, the block, the solver's choice) as lists of rows,
-    bool tensors as bools, in one device-to-host copy: the only synchronisation of a block forward; the
-    bookkeeping after it runs on the host."""
+    """(B, w) tensors (the carried tokens' NTP argmax, the block, the solver's choice, the forward's
+    finite flag) as lists of rows, bool tensors as bools, in one device-to-host copy: the only
+    synchronisation of a forward; the bookkeeping after it runs on the host."""
     rows, parts, at = torch.cat([t.long() for t in tensors], dim=-1).tolist(), [], 0
     for t in tensors:
         part = [row[at : at + t.shape[-1]] for row in rows]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ..core.decoding import BrokenModelError
 from ..core.fastpath import FastPath
 from ..types import Solver, UsageError
 from .memory import MemoryMonitor
@@ -114,6 +115,8 @@ def _decode_chunk(lm, cfg, batcher: FittingBatcher, chunk: list[list[Planned]], 
 
     try:
         return dict(zip(needed, batcher.run(decode, list(needed))))
+    except BrokenModelError:  # as at batch 1: the run stops
+        raise
     except Exception as exc:  # noqa: BLE001 - as at batch 1: the error is recorded, the sweep goes on
         free_memory(lm)
         return {i: failed_sample(task, item.example, item.ids, solver, cfg, repeat, exc, item.sample, item.seed)

@@ -256,7 +256,7 @@ def _check_kept_records(records: list[dict], planned, out: Path, exact: bool) ->
 
 def load_tasks(cfg: RunConfig) -> list[Task]:
     """The run's tasks, with --chat-template / --thinking passed to each; a task that takes no chat
-    template (a synthetic task, a JSONL file) is refused naming the flag, not the task option."""
+    template (a synthetic task) is refused naming the flag, not the task option."""
     flags = {"chat_template": ("--chat-template", cfg.chat_template or None),
              "thinking": (f"--thinking {'on' if cfg.thinking else 'off'}", cfg.thinking)}
     options = {key: value for key, (_, value) in flags.items() if value is not None}
@@ -264,10 +264,8 @@ def load_tasks(cfg: RunConfig) -> list[Task]:
         refused = [name for name in cfg.tasks if key not in task_options(name)]
         if refused:
             takers = [name for name in task_registry() if key in task_options(name)]
-            kinds = [f"{name} ({'synthetic' if name.partition(':')[0] in task_registry() else 'a JSONL file'})"
-                     for name in refused]
-            raise UsageError(f"{flags[key][0]} applies to the benchmark tasks ({', '.join(takers)}), not to "
-                             f"{', '.join(kinds)}: drop {flags[key][0]}"
+            raise UsageError(f"{flags[key][0]} applies to the benchmark tasks ({', '.join(takers)}) and JSONL "
+                             f"files, not to {', '.join(f'{name} (synthetic)' for name in refused)}: drop {flags[key][0]}"
                              + (f", or run {', '.join(refused)} in another run without it"
                                 if len(refused) < len(cfg.tasks) else ""))
     return [load_task(name, **options) for name in cfg.tasks]

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..core.decoding import Decoder
+from ..core.decoding import BrokenModelError, Decoder
 from ..core.model import LoadedModel
 from ..types import Example, Sampling, SamplingError, Solver, Task, UsageError, sampling_problem
 from .memory import MemoryMonitor
@@ -258,6 +258,8 @@ def measure_sample(lm, task, example, ids, solver, cfg, repeat, sample: int = 0,
     """decode_sample, with failure isolation: an exception (an OOM included) becomes an error record."""
     try:
         return decode_sample(lm, task, example, ids, solver, cfg, repeat, sample, seed)
+    except BrokenModelError:  # NaN or infinite logits: the model's fault, not the sample's; the run stops
+        raise  # (its records so far kept), as the check before the first sample stops it
     except Exception as exc:  # KeyboardInterrupt / SystemExit are not Exceptions: they stop the sweep
         if lm.device.type == "cuda":
             torch.cuda.empty_cache()  # give an OOM'd configuration's memory back to the next one

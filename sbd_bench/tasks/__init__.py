@@ -1,5 +1,5 @@
 """Tasks: built-in ones register themselves with ``@register_task``; any JSONL file with ``id``,
-``prompt`` and optional ``answer`` per line is a task too. Scoring helpers (``scoring``) live here,
+``prompt`` (or chat ``messages``) and optional ``answer`` per line is a task too. Scoring helpers (``scoring``) live here,
 beside the tasks that need them; the sandbox that runs generated code is ``sbd_bench.sandbox``.
 
     >>> task = load_task("path/to/problems.jsonl")
@@ -79,26 +79,56 @@ def iter_jsonl(path: str | Path, error: type[UsageError] = TaskError, objects_on
             yield number, row
 
 
+def encode_prompt(tokenizer, text: str) -> list[int]:
+    """A plain prompt's ids, with the tokenizer's special tokens (its BOS), but one BOS only: a prompt
+    that already starts with it (a chat template rendered and pasted in) gets no second one."""
+    ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+    bos = getattr(tokenizer, "bos_token_id", None)
+    return ids[1:] if bos is not None and ids[:2] == [bos, bos] else ids
+
+
+def render_chat(tokenizer, messages: list[dict], generation_prompt: bool, thinking: bool | None = None) -> str:
+    """The conversation as the tokenizer's chat template writes it (text, the template's own BOS in it)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise TaskError("--chat-template was given but this model's tokenizer has no chat template "
+                        "(tokenizer_config.json / chat_template.jinja): drop --chat-template to use plain prompts")
+    extra = {} if thinking is None else {"enable_thinking": thinking}
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt, **extra)
+
+
+def encode_chat(tokenizer, message: str | list[dict], thinking: bool | None = None) -> list[int]:
+    """A user turn (a string) or a conversation (a list of messages) through the tokenizer's chat
+    template, ready for the assistant's reply. The template is rendered as text and the text tokenised:
+    training splits chat data the same way (training/data.py), so the tokens a model learns to write
+    after a prompt follow exactly the prompt tokens it is given here, whatever the BPE merges."""
+    messages = [{"role": "user", "content": message}] if isinstance(message, str) else message
+    text = render_chat(tokenizer, messages, True, thinking)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]  # the template writes its own BOS
+
+
 class JsonlTask(Task):
-    """Examples from a JSONL file: one object per line with ``id``, ``prompt``, optional ``answer``
-    (exact match after stripping whitespace) and optional ``stop`` (a list of stop strings)."""
+    """Examples from a JSONL file: one object per line with ``id``, ``prompt`` (or, with
+    ``chat_template``, ``messages``: a conversation that ends before the assistant's reply), optional
+    ``answer`` (exact match after stripping whitespace) and optional ``stop`` (a list of stop strings).
+    ``chat_template``: each prompt is the user's message, through the tokenizer's chat template."""
 
-    description = "examples from a JSONL file (id, prompt, optional answer)"
+    description = "examples from a JSONL file (id, prompt or messages, optional answer)"
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, chat_template: bool = False, thinking: bool | None = None):
+        if thinking is not None and not chat_template:
+            raise TaskError("--thinking only applies through a chat template: add --chat-template")
         self.path = Path(path)
         self.name = self.path.stem
+        self.chat_template, self.thinking = bool(chat_template), thinking
         self._examples = self._read()
         self.stop = tuple(dict.fromkeys(s for e in self._examples for s in e.meta.get("stop", ())))
 
     def _read(self) -> list[Example]:
         examples, seen = [], set()
         for number, row in iter_jsonl(self.path):
-            for key in ("id", "prompt"):
-                if key not in row:
-                    raise TaskError(f"{self.path}:{number}: missing field '{key}' (each line needs 'id' and 'prompt')")
-            if not isinstance(row["prompt"], str) or not row["prompt"]:
-                raise TaskError(f"{self.path}:{number}: 'prompt' must be a non-empty string")
+            if "id" not in row:
+                raise TaskError(f"{self.path}:{number}: missing field 'id' (each line needs 'id' and 'prompt')")
+            prompt, meta = self._prompt(row, number)
             if str(row["id"]) in seen:
                 raise TaskError(f"{self.path}:{number}: duplicate id {row['id']!r}; ids must be unique")
             seen.add(str(row["id"]))
@@ -107,22 +137,58 @@ class JsonlTask(Task):
             if stop is not None and not (isinstance(stop, list) and all(isinstance(x, str) and x for x in stop)):
                 raise TaskError(f"{self.path}:{number}: 'stop' must be a list of non-empty strings "
                                 f"(got {json.dumps(stop)[:40]}); write \"stop\": [\"...\"]")
-            meta = {"stop": list(stop)} if stop else {}
-            examples.append(Example(str(row["id"]), row["prompt"], None if answer is None else str(answer), meta))
+            if stop:
+                meta["stop"] = list(stop)
+            examples.append(Example(str(row["id"]), prompt, None if answer is None else str(answer), meta))
         if not examples:
             raise TaskError(f"{self.path} holds no examples: add lines like {{\"id\": \"1\", \"prompt\": \"...\"}}")
         return examples
 
+    def _prompt(self, row: dict, number: int) -> tuple[str, dict]:
+        """(the prompt text, meta): a line's ``prompt``, or its ``messages`` (kept in meta; their contents
+        are the prompt text that the unknown-character count reads)."""
+        where = f"{self.path}:{number}"
+        if "messages" in row:
+            if "prompt" in row:
+                raise TaskError(f"{where}: holds both 'messages' and 'prompt': keep one of them")
+            if not self.chat_template:
+                raise TaskError(f"{where}: 'messages' is a conversation for the model's chat template: add "
+                                f"--chat-template, or write the line with a plain 'prompt'")
+            messages = row["messages"]
+            if not (isinstance(messages, list) and messages and all(
+                    isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                    for m in messages)):
+                raise TaskError(f"{where}: 'messages' must be a non-empty list of {{\"role\": ..., \"content\": ...}} "
+                                f"with string values")
+            return "\n".join(m["content"] for m in messages), {"messages": messages}
+        if "prompt" not in row:
+            raise TaskError(f"{where}: missing field 'prompt' (each line needs 'id' and 'prompt'"
+                            + (", or 'messages')" if self.chat_template else ")"))
+        if not isinstance(row["prompt"], str) or not row["prompt"]:
+            raise TaskError(f"{where}: 'prompt' must be a non-empty string")
+        return row["prompt"], {}
+
     def examples(self, split: str = "test") -> list[Example]:
         return list(self._examples)
 
+    def encode(self, example: Example, tokenizer) -> list[int]:
+        if self.chat_template:
+            return encode_chat(tokenizer, example.meta.get("messages", example.prompt), self.thinking)
+        return encode_prompt(tokenizer, example.prompt)
+
+
+JSONL_OPTIONS = ["chat_template", "thinking"]  # what a JSONL file task takes (from run's flags)
+
 
 def task_options(spec: str) -> list[str]:
-    """The options the task ``spec`` names takes (its constructor's parameters); none for a JSONL file."""
+    """The options the task ``spec`` names takes (its constructor's parameters); a JSONL file's are
+    ``JSONL_OPTIONS``."""
     import inspect
 
     cls = task_registry().get(spec.partition(":")[0])
-    if cls is None or cls.__init__ is object.__init__:
+    if cls is None:
+        return list(JSONL_OPTIONS)
+    if cls.__init__ is object.__init__:
         return []
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     return [p.name for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self" and p.kind in named]
@@ -160,9 +226,10 @@ def load_task(spec: str, **options) -> Task:
                             f"file or a built-in task name")
         if not path.is_file():
             raise TaskError(f"task file {path} does not exist: give a JSONL file or a built-in task name")
-        if options:
-            raise TaskError(f"options {', '.join(options)} apply to built-in tasks only, not to the JSONL file {path}")
-        return JsonlTask(path)
+        other = [key for key in options if key not in JSONL_OPTIONS]
+        if other:
+            raise TaskError(f"options {', '.join(other)} apply to built-in tasks only, not to the JSONL file {path}")
+        return JsonlTask(path, **options)
     raise TaskError(did_you_mean(name, registry, "task") + " (or a path to a .jsonl file)")
 
 

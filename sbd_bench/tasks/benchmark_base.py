@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..types import Example, Task, UsageError
-from . import TaskError, iter_jsonl
+from . import TaskError, encode_chat, encode_prompt, iter_jsonl
 
 
 def read_rows(path: Path) -> list[tuple[int, Any]]:
@@ -55,17 +55,6 @@ def strip_thinking(output: str) -> str:
     if "</think>" in output:
         return output.rsplit("</think>", 1)[1]
     return "" if "<think>" in output else output
-
-
-def encode_chat(tokenizer, message: str, thinking: bool | None) -> list[int]:
-    """One user turn through the tokenizer's chat template, ready for the assistant's reply."""
-    if not getattr(tokenizer, "chat_template", None):
-        raise TaskError("--chat-template was given but this model's tokenizer has no chat template "
-                        "(tokenizer_config.json / chat_template.jinja): drop --chat-template to use plain prompts")
-    extra = {} if thinking is None else {"enable_thinking": thinking}
-    text = tokenizer.apply_chat_template([{"role": "user", "content": message}], tokenize=False,
-                                         add_generation_prompt=True, **extra)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]  # the template writes its own BOS
 
 
 class BenchmarkTask(Task):
@@ -130,7 +119,7 @@ class BenchmarkTask(Task):
     def encode(self, example: Example, tokenizer) -> list[int]:
         if self.chat_template:
             return encode_chat(tokenizer, self.chat_prompt(example), self.thinking)
-        return tokenizer(self.plain_prompt(example), add_special_tokens=True)["input_ids"]
+        return encode_prompt(tokenizer, self.plain_prompt(example))
 
     # ------------------------------------------------------------------------------ scoring
     def judge(self, example: Example, answer_text: str) -> tuple[bool, dict]:

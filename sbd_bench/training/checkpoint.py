@@ -71,7 +71,13 @@ def save(model, optimizer, tokenizer, meta: dict, out: Path, par) -> None:
             config = _base_model(unwrapped(model)).config
             config.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM mid-save: the previous checkpoint is the one kept
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointInterrupted(meta["step"]) from None
     except (OSError, RuntimeError, CheckpointException) as exc:  # a full disk, a quota, a file size limit
+        if _interrupt_inside(exc):  # DCP wraps a Ctrl-C in its writer as a rank's failure
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointInterrupted(meta["step"]) from None
         failure = _write_failure(exc)
     failures = [f for f in par.gather(failure) if f]  # every rank learns whether all of them wrote
     if failures:
@@ -89,6 +95,32 @@ def save(model, optimizer, tokenizer, meta: dict, out: Path, par) -> None:
 
 class CheckpointWriteError(TrainError):
     """A checkpoint could not be written (its partial folder is removed; the previous one is kept)."""
+
+
+class CheckpointInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) while a checkpoint was being written: its partial folder is removed, the
+    previous checkpoint is kept, and the run ends as any interrupted run does (exit status 130)."""
+
+    def __init__(self, step: int):
+        super().__init__(f"while writing the checkpoint of step {step}")
+        self.step = step
+
+
+def _interrupt_inside(exc: BaseException) -> bool:
+    """Whether a save failed because of a KeyboardInterrupt: DCP hands each rank's exception back in a
+    CheckpointException, as (exception, traceback) per rank."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        if isinstance(exc, CheckpointException):
+            return any(_interrupt_inside(failure[0] if isinstance(failure, tuple) else failure)
+                       for failure in exc.failures.values())
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _write_failure(exc: BaseException) -> str:

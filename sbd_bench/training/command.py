@@ -230,8 +230,8 @@ def _cmd_train(args) -> int:
     try:
         with _sigterm_as_interrupt():
             out = train(cfg, log=say)
-    except KeyboardInterrupt:
-        return _interrupted(cfg)
+    except KeyboardInterrupt as exc:
+        return _interrupted(cfg, exc)
     _stdout({"out": str(out), "steps": cfg.steps, "objective": cfg.objective,
              "stopped_at": cfg.stop_at if cfg.stop_at and cfg.stop_at < cfg.steps else None})
     return 0
@@ -256,9 +256,9 @@ def _stdout(result: dict) -> None:
         print(json.dumps(result), flush=True)
 
 
-def _interrupted(cfg: TrainConfig) -> int:
+def _interrupted(cfg: TrainConfig, exc: KeyboardInterrupt | None = None) -> int:
     """Ctrl-C or SIGTERM: what is kept, and the exact command that continues (and the one that exports)."""
-    from .checkpoint import latest, read_meta
+    from .checkpoint import CheckpointInterrupted, latest, read_meta
 
     launched = torchrun_world()
     if launched and launched[0] != 0:
@@ -272,6 +272,8 @@ def _interrupted(cfg: TrainConfig) -> int:
     words = [w for w in shlex.split(cfg.command) if w not in ("--overwrite", "--resume")]
     resume = " ".join(map(shlex.quote, words)) + " --resume"
     step = read_meta(checkpoint)["step"]
-    say(f"\ninterrupted: the step-{step} checkpoint is kept in {out}; continue with\n  {resume}\n"
+    during = (f" while writing the step-{exc.step} checkpoint (its partial copy is removed)"
+              if isinstance(exc, CheckpointInterrupted) else "")
+    say(f"\ninterrupted{during}: the step-{step} checkpoint is kept in {out}; continue with\n  {resume}\n"
         f"or write its model now with\n  python -m sbd_bench train --export --out {shlex.quote(str(out))}")
     return 130

@@ -6,8 +6,10 @@ or one for a JSONL file. A JSONL line is either
 
 A chat line is rendered with the tokenizer's chat template and gives one pair per assistant turn: the
 conversation up to that turn (with the generation prompt) is the prompt, the turn's tokens up to and
-including EOS the completion. So the loss falls on assistant tokens only, and each turn's blocks line
-up with its first token, as they do when the model decodes that turn.
+including EOS the completion, split on the rendered text as ``run --chat-template`` renders a prompt
+(``chat_pairs``). So the loss falls on assistant tokens only, and each turn's blocks line up with its
+first token, as they do when the model decodes that turn. A prompt that already starts with the BOS
+token gets no second one (``tasks.encode_prompt``, as in ``run``).
 
 A file is tokenised once: the pairs are cached in the output folder (``tokenized_data.pt``, keyed by
 the file's and the tokenizer's bytes) and a resumed or repeated run reads them back. Lines longer than
@@ -18,12 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 from .config import TrainError
 
 CACHE_FILE = "tokenized_data.pt"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: chat lines split on the rendered text, one BOS per prompt
 
 
 class Pairs:
@@ -120,7 +123,7 @@ def _cache_key(path: Path, tokenizer) -> str:
 
 
 def _tokenize_file(path: Path, tokenizer) -> tuple[Pairs, dict]:
-    from ..tasks import iter_jsonl
+    from ..tasks import encode_prompt, iter_jsonl
 
     eos = tokenizer.eos_token_id
     pairs, lines, texts = [], [], []
@@ -135,7 +138,7 @@ def _tokenize_file(path: Path, tokenizer) -> tuple[Pairs, dict]:
             texts.extend(str(m.get("content", "")) for m in row["messages"])
         else:
             prompt, completion = _prompt_completion(row, f"{path}:{number}")
-            turns = [(tokenizer(prompt, add_special_tokens=True)["input_ids"],
+            turns = [(encode_prompt(tokenizer, prompt),
                       tokenizer(completion, add_special_tokens=False)["input_ids"] + [eos])]
             texts.extend((prompt, completion))
         pairs.extend(turns)
@@ -158,11 +161,37 @@ def _prompt_completion(row: dict, where: str) -> tuple[str, str]:
     return row["prompt"], row["completion"]
 
 
-def chat_pairs(messages, tokenizer, where: str) -> list[tuple[list[int], list[int]]]:
-    """One (conversation so far + generation prompt, assistant turn up to EOS) pair per assistant turn."""
-    if not (isinstance(messages, list) and messages and all(
+CHAT_ROLES = ("system", "user", "assistant")
+
+
+def template_roles(tokenizer) -> set[str]:
+    """The roles the chat template names: the quoted words it compares a message's role with
+    (``message['role'] == 'tool'``, ``message.role in ['ipython', ...]``), besides ``CHAT_ROLES``."""
+    template = str(tokenizer.chat_template)
+    roles = set(re.findall(r"""role['"]?\]?\s*[!=]=\s*['"]([\w-]+)['"]""", template))
+    roles |= set(re.findall(r"""['"]([\w-]+)['"]\s*[!=]=\s*[\w.\[\]'"]*role\b""", template))
+    for listed in re.findall(r"""role['"]?\]?\s+(?:not\s+)?in\s*[\[(]([^\])]*)[\])]""", template):
+        roles |= set(re.findall(r"""['"]([\w-]+)['"]""", listed))
+    return roles
+
+
+def check_messages(messages, tokenizer, where: str) -> list[int]:
+    """The indices of the assistant turns of a well-formed conversation; one line for what is wrong."""
+    if isinstance(messages, list) and not messages:
+        raise TrainError(f"{where}: 'messages' is empty: write the conversation, e.g. [{{\"role\": \"user\", "
+                         f"\"content\": \"hi\"}}, {{\"role\": \"assistant\", \"content\": \"hello\"}}]")
+    if not (isinstance(messages, list) and all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages)):
         raise TrainError(f"{where}: 'messages' must be a list of {{\"role\": ..., \"content\": ...}} with string values")
+    known = set(CHAT_ROLES) | (template_roles(tokenizer) if getattr(tokenizer, "chat_template", None) else set())
+    for number, message in enumerate(messages, start=1):
+        if message["role"] not in known:
+            names = ", ".join(CHAT_ROLES + tuple(sorted(known - set(CHAT_ROLES))))
+            raise TrainError(f"{where}: message {number} has the role {message['role']!r}, which is not one of {names} "
+                             f"(the chat template's roles): fix its name")
+        if message["role"] == "assistant" and not message["content"]:
+            raise TrainError(f"{where}: the assistant's message {number} is empty: there is nothing to learn from it; "
+                             f"give it content or drop it")
     assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     if not assistant:
         raise TrainError(f"{where}: no assistant turn in 'messages': the loss falls on assistant turns only, so "
@@ -170,28 +199,41 @@ def chat_pairs(messages, tokenizer, where: str) -> list[tuple[list[int], list[in
     if not getattr(tokenizer, "chat_template", None):
         raise TrainError(f"{where}: a chat line needs the model's chat template, and this tokenizer has none: "
                          f"fine-tune a model whose tokenizer has one (--base), or write prompt/completion lines")
+    return assistant
+
+
+def chat_pairs(messages, tokenizer, where: str) -> list[tuple[list[int], list[int]]]:
+    """One (conversation so far + generation prompt, assistant turn up to EOS) pair per assistant turn.
+
+    The split is made on the rendered text, as ``run --chat-template`` renders a prompt (the template as
+    text, then tokenised: ``tasks.encode_chat``): the prompt is the text of the conversation so far with
+    the generation prompt, tokenised alone; the completion the rest of the turn's text, tokenised alone.
+    Splitting token lists instead breaks where a BPE merges across the boundary (a byte-level BPE with
+    the GPT-2 pattern writes a generation prompt's final "\\n\\n" as one token, but "\\n\\n" before a
+    word as two): the model would learn to follow a prompt that ``run`` never gives it."""
+    assistant = check_messages(messages, tokenizer, where)
     eos = tokenizer.eos_token_id
     pairs = []
     for i in assistant:
         prompt = _render(tokenizer, messages[:i], True, where)
         full = _render(tokenizer, messages[:i + 1], False, where)
-        if full[:len(prompt)] != prompt or len(full) == len(prompt):
+        if not full.startswith(prompt) or len(full) == len(prompt):
             raise TrainError(f"{where}: the chat template does not render turn {i + 1} as a continuation of the "
-                             f"conversation before it (it rewrites earlier turns), so its tokens cannot be told "
+                             f"conversation before it (it rewrites earlier turns), so its text cannot be told "
                              f"apart; split the conversation into one line per assistant turn")
-        completion = full[len(prompt):]
+        completion = tokenizer(full[len(prompt):], add_special_tokens=False)["input_ids"]
         completion = completion[:completion.index(eos) + 1] if eos in completion else completion + [eos]
-        pairs.append((prompt, completion))
+        pairs.append((tokenizer(prompt, add_special_tokens=False)["input_ids"], completion))
     return pairs
 
 
-def _render(tokenizer, messages, generation_prompt: bool, where: str) -> list[int]:
+def _render(tokenizer, messages, generation_prompt: bool, where: str) -> str:
+    from ..tasks import render_chat
+
     try:
-        out = tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True,
-                                            return_dict=True)
+        return render_chat(tokenizer, messages, generation_prompt)
     except Exception as exc:  # a template's own raise_exception() (e.g. roles must alternate)
         raise TrainError(f"{where}: the chat template refused the conversation: {str(exc).splitlines()[0][:160]}") from None
-    return list(out["input_ids"])
 
 
 def unknown_characters(texts: list[str], pairs, tokenizer, lines: list[int]) -> dict:

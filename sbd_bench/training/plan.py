@@ -31,6 +31,9 @@ from pathlib import Path
 from .config import TrainError
 
 GB = 1e9
+# the tokenizers of the --dims presets' published models (none has a mask token): Llama-3.1's fills its
+# embedding, so the mask token adds a row; Qwen3's leaves spare rows (151,669 tokens in 151,936 rows)
+PRESET_TOKENS = {"llama-3.1-8b": 128_256, "qwen3-8b": 151_669}
 
 
 def add_plan_options(p) -> None:
@@ -60,6 +63,7 @@ class Plan:
     optimizer: float
     activations: float
     gpu_memory: float
+    embedding_rows: int = 0  # the vocabulary the run trains: the model's rows, or more for the added tokens
 
     @property
     def total(self) -> float:
@@ -129,7 +133,7 @@ def plan(model, world: int, strategy: str, batch_size: int, seq_len: int, object
     kept = len(layers) * (a * h) + per_layer if checkpointing else len(layers) * per_layer
     activations = tokens * (kept + V * (a + 8)) + (batch_size * length * length * a if objective == "sbd" else 0)
     return Plan(P, T_numel, world, strategy, batch_size, seq_len, checkpointing, weights / GB, in_flight / GB, gradients / GB,
-                optimizer / GB, activations / GB, gpu_memory)
+                optimizer / GB, activations / GB, gpu_memory, V)
 
 
 def cmd_plan(args, quiet: bool = False) -> int:
@@ -160,20 +164,28 @@ def cmd_plan(args, quiet: bool = False) -> int:
     strategy, batch = cfg.strategy, cfg.batch_size
     if args.dims:
         config = preset_config(args.dims)
-        name = args.dims
+        name, tokens = args.dims, PRESET_TOKENS[args.dims] + 1  # and the mask token
     elif args.base:
         from transformers import AutoConfig
+
+        from .model import build_tokenizer
 
         if not (Path(args.base) / "config.json").is_file():
             raise TrainError(f"--base {args.base} has no config.json: give a local Hugging Face model folder")
         config, name = AutoConfig.from_pretrained(args.base, local_files_only=True), args.base
+        tokens = len(build_tokenizer(cfg, Path(args.base))[0])  # with the mask (and pad) token train adds
     else:
         from transformers import LlamaConfig
 
-        config = LlamaConfig(vocab_size=100, hidden_size=args.hidden_size, intermediate_size=args.intermediate_size,
+        from .tokenizer import char_tokenizer
+
+        tokens = len(char_tokenizer())  # the mask token included: from scratch the model is built for it
+        config = LlamaConfig(vocab_size=tokens, hidden_size=args.hidden_size, intermediate_size=args.intermediate_size,
                              num_hidden_layers=args.layers, num_attention_heads=args.heads,
                              max_position_embeddings=args.max_positions, tie_word_embeddings=True)
         name = "from scratch"
+    rows = config.vocab_size
+    config.vocab_size = max(rows, tokens)  # added tokens take spare rows, else the embeddings grow (model.py)
     model = meta_model(config)
     trained = None
     if args.lora_rank:
@@ -192,9 +204,11 @@ def cmd_plan(args, quiet: bool = False) -> int:
     if quiet:
         return 0
     unit = "GPU" if cuda else "process"
-    print(f"plan: {name}, {count(result.parameters)} parameters ({count(result.trained)} trained), {strategy} on "
-          f"{world} {unit}(s), batch {batch} x {args.seq_len} tokens per {unit} ({args.objective}{ac}), "
-          f"{'bf16 compute' if cuda else 'fp32'}", file=sys.stderr)
+    grown = f", grown from {rows:,} for the tokens train adds" if config.vocab_size > rows else ""
+    print(f"plan: {name}, {count(result.parameters)} parameters ({count(result.trained)} trained, "
+          f"{config.vocab_size:,} embedding rows{grown}), {strategy} on {world} {unit}(s), batch {batch} x "
+          f"{args.seq_len} tokens per {unit} ({args.objective}{ac}), {'bf16 compute' if cuda else 'fp32'}",
+          file=sys.stderr)
     labels = {"weights": "weights (fp32 master)", "in_flight": "weights in flight", "gradients": "gradients",
               "optimizer": "optimizer (AdamW)", "activations": "activations", "total": "total"}
     for key, label in labels.items():

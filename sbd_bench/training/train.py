@@ -165,7 +165,7 @@ def prepare(cfg: TrainConfig, par, source: Path | None, from_checkpoint: bool, o
     # rank 0 reads, checks (and caches) the data with the tokenizer before any weights load, the others wait:
     # a bad line or block size is refused before minutes of loading, in one line
     groups = main_first(par, lambda: read_data(build_tokenizer(cfg, source, from_checkpoint)[0]))
-    model, tokenizer = build_on_ranks(cfg, par, source, from_checkpoint)
+    model, tokenizer = build_on_ranks(cfg, par, source, from_checkpoint, log)
     if groups is None:  # the other ranks: rank 0's cache of a file; built-in tasks drawn alike
         groups = read_data(tokenizer)
     model = wrap(model.train(), cfg, par)
@@ -192,7 +192,7 @@ def main_first(par, work):
     return result
 
 
-def build_on_ranks(cfg: TrainConfig, par, source: Path | None, from_checkpoint: bool = False):
+def build_on_ranks(cfg: TrainConfig, par, source: Path | None, from_checkpoint: bool = False, log=None):
     """(model, tokenizer). Under torchrun rank 0 alone builds (or loads) the weights in host memory;
     the other ranks build the same modules on the meta device (shapes, no memory) from rank 0's config,
     and ``wrap`` copies rank 0's weights into their shards or replicas: a node holds the fp32 model in
@@ -203,8 +203,8 @@ def build_on_ranks(cfg: TrainConfig, par, source: Path | None, from_checkpoint: 
     from .model import build_model
 
     if par.world == 1 or cfg.lora_rank:
-        return build_model(cfg, source, from_checkpoint)
-    model, tokenizer = main_first(par, lambda: build_model(cfg, source, from_checkpoint)) or (None, None)
+        return build_model(cfg, source, from_checkpoint, log)
+    model, tokenizer = main_first(par, lambda: build_model(cfg, source, from_checkpoint, log)) or (None, None)
     config, tokenizer = par.broadcast((model.config, tokenizer) if par.main else None)
     if not par.main:
         with torch.device("meta"):
@@ -419,7 +419,7 @@ def measure_throughput(cfg: TrainConfig, steps: int, log=print, par=None) -> dic
     if not par.main:
         log = lambda line: None  # noqa: E731
     try:
-        model, tokenizer = build_on_ranks(cfg, par, Path(cfg.base) if cfg.base else None)
+        model, tokenizer = build_on_ranks(cfg, par, Path(cfg.base) if cfg.base else None, log=log)
         groups = training_groups(cfg.data, tokenizer, cfg.train_examples, cfg.seed, warn=log)
         groups = fit_to_context(groups, cfg.block_size, getattr(model.config, "max_position_embeddings", None),
                                 Path(cfg.data).is_file(), log)

@@ -10,9 +10,9 @@ with like), then summarised with the same metrics. Per configuration x task it f
                            are noisy, CPUs more so; CI passes a larger one); a ratio of total decode times
   pass_at_k                changes by more than --accuracy-tol, like accuracy (pass@1), with --samples N > 1
   errors                   increase
-  ntp_match_rate           is below 1 in a greedy verified configuration (its output must be NTP's) where
-                           the baseline's was 1, or at all with --exact; below 1 in both runs without --exact
-                           (rounding at near ties, bf16 most) it is a note, not a regression
+  ntp_match_rate           is below 1 in a greedy verified configuration or generate baseline (its output
+                           must be NTP's) where the baseline's was 1, or at all with --exact; below 1 in both
+                           runs without --exact (rounding at near ties, bf16 most) it is a note, not a regression
 and when the run has a configuration the baseline lacks (refresh the baseline deliberately, see the
 docs/measurement.md). Runs with and without --exact are not compared (refused): their timings measure
 different kernels. Greedy decoding makes NFE, tokens and accuracy deterministic on one machine; so do sampled
@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from ..types import UsageError
-from .metrics import example_key, is_verified, sampling_of, summarize
+from .metrics import example_key, is_lossless, sampling_of, summarize
 from .records import check_output_file, load_run, starts_with, write_text_atomic
 
 
@@ -76,11 +76,11 @@ def compare_rows(base_row: dict, run_row: dict, tol: dict, same_draws: bool = Tr
 
 
 def ntp_mismatch(row: dict) -> float:
-    """The share of a greedy verified row's examples whose output differs from NTP's (0 for other rows;
-    sampled verified output is distributed as NTP's, not equal to it)."""
+    """The share of a greedy verified row's (or generate baseline's) examples whose output differs from NTP's
+    (0 for other rows; sampled verified output is distributed as NTP's, not equal to it)."""
     match = row.get("ntp_match_rate")
     greedy = not any(sampling_of(row))
-    return 1 - match if is_verified(row) and greedy and match is not None and match < 1 - EPS else 0.0
+    return 1 - match if is_lossless(row) and greedy and match is not None and match < 1 - EPS else 0.0
 
 
 def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[list[str]], list[str], list[str]]:

@@ -36,6 +36,7 @@ from ..analysis.records import (SAMPLES, SUMMARY, RecordWriter, RunFolderError, 
 from ..analysis.report import check_report_folder, write_report
 from ..core.decoding import check_model_output
 from ..core.fastpath import FastPath
+from ..core.hf_generate import check_baselines
 from ..core.model import MODELS_DIR, LoadedModel, cpu_model, device_name, folder_hash, load_model
 from ..registry import parse_solver_spec, solver_registry
 from ..tasks import load_task, task_options, task_registry
@@ -343,6 +344,7 @@ def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list
         rank, world = cfg.shard  # has checked that every rank gets one)
         work = work[rank::world]
     check_model_output(lm, work[0][2])  # a model that computes NaN is refused before anything is decoded
+    check_baselines(lm, solvers)  # transformers' generate baselines: their draft models load and fit the model
     planned = plan_samples(work, solvers, cfg)
     prov = provenance(cfg, lm, threads_chosen)
     unknown = unknown_characters(work, lm.tokenizer)

@@ -191,6 +191,7 @@ def sample_record(task: Task, example: Example, prompt_ids: list[int], solver: S
         "prefill_forwards": gen.prefill_forwards, "revealed_per_forward": gen.revealed_per_forward,
         "forwards_per_block": gen.forwards_per_block, "drafted_per_block": gen.drafted_per_block,
         "accepted_per_block": gen.accepted_per_block, "replaced_per_block": gen.replaced_per_block,
+        **({"draft_forwards": gen.draft_forwards} if gen.draft_forwards is not None else {}),  # GENERATE_FIELDS
         "wall_time_s": gen.prefill_time_s + gen.decode_time_s, "prefill_time_s": gen.prefill_time_s,
         "decode_time_s": gen.decode_time_s, "correct": correct,
         "answer": example.answer, "error": None,

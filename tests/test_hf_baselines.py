@@ -18,7 +18,7 @@ from sbd_bench.core import hf_generate
 from sbd_bench.core.decoding import Decoder
 from sbd_bench.core.model import ModelError, load_model
 from sbd_bench.registry import RegistryError, parse_solver_spec, solver_registry
-from sbd_bench.types import SolverError, UsageError
+from sbd_bench.types import SamplingError, SolverError, UsageError
 from tiny_models import build_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -71,6 +71,7 @@ def test_greedy_output_is_ntp_output_at_batch_one_and_three(root, family, stop_s
         for g, ref in zip(one, ntp):
             assert (g["output_ids"], g["stop_reason"]) == (ref.output_ids, ref.stop_reason), solver.label
             assert sum(g["revealed_per_forward"]) == len(g["output_ids"]) and len(g["revealed_per_forward"]) == g["nfe"]
+            assert min(g["revealed_per_forward"]) >= 1  # no forward after the one that committed the stop
             assert g["forwards_per_block"] == [1] * g["nfe"] and g["prefill_forwards"] == 0
             assert len(g["drafted_per_block"]) == len(g["accepted_per_block"]) == len(g["replaced_per_block"]) == g["nfe"]
             assert all(0 <= a <= d for a, d in zip(g["accepted_per_block"], g["drafted_per_block"]))
@@ -142,6 +143,18 @@ def test_prompt_lookup_counts_by_hand(tiny_path):
     assert (short.nfe, short.revealed_per_forward) == (2, [5, 3])
 
 
+def test_the_mask_token_is_never_emitted(tiny_path):
+    """The model's top logit at the third token is the mask token's: the core takes the next best (all
+    tied at 0: the first id), and so must generate."""
+    prompt = load_model(tiny_path, device="cpu").tokenizer("Q:")["input_ids"]
+    lm = scripted(tiny_path, "ab", prompt)
+    lm.model.script = lm.model.script + [lm.mask_token_id, lm.tokenizer.eos_token_id]
+    ntp = Decoder(lm, max_new_tokens=10).generate(prompt, _spec("ntp")[0])
+    assert lm.mask_token_id not in ntp.output_ids and len(ntp.output_ids) == 4
+    for spec in ("hf_prompt_lookup", f"hf_assisted:draft={tiny_path}"):
+        assert Decoder(lm, max_new_tokens=10).generate(prompt, _spec(spec)[1]).output_ids == ntp.output_ids, spec
+
+
 def test_assisted_counts_by_hand(tiny_path, monkeypatch):
     """The model writes 'abcdefghij' then EOS; the draft model the same but 'X' for 'e'; tokens=3. Forward 1:
     'abc' drafted, accepted, then 'd'. Forward 2: 'Xfg' rejected at once, 'e' instead. Forward 3: 'fgh'
@@ -198,8 +211,8 @@ def test_specs_labels_order_and_the_ntp_baseline():
     assert [c.label for c in configs] == ["ntp", "fixed_k:k=16,verify=on", "hf_assisted:draft=ntp-draft,tokens=3",
                                           "hf_prompt_lookup:tokens=10,ngram=3"]
     assert [c.label for c in _spec("hf_prompt_lookup")] == ["ntp", "hf_prompt_lookup:tokens=10,ngram=2"]
-    sampled = _spec("hf_prompt_lookup:temperature=0.7")
-    assert [c.label for c in sampled] == ["ntp:temperature=0.7", "hf_prompt_lookup:tokens=10,ngram=2,temperature=0.7"]
+    assert not any(c.name.startswith("hf_") for c in _spec("all"))  # named, never in all (docs/baselines.md)
+    assert [c.label for c in _spec("all+hf_prompt_lookup")][-1] == "hf_prompt_lookup:tokens=10,ngram=2"
 
 
 @pytest.mark.parametrize("spec, error, message", [
@@ -209,6 +222,8 @@ def test_specs_labels_order_and_the_ntp_baseline():
     ("hf_prompt_lookup:verify=on", SolverError, "decodes with transformers' generate"),
     ("hf_assisted:drafts=x", SolverError, "has no parameter 'drafts'"),
     ("hf_prompt_lookups", RegistryError, "did you mean 'hf_prompt_lookup'"),
+    ("hf_prompt_lookup:temperature=0.7", SamplingError, "run greedily only"),
+    ("hf_assisted:temperature=0,1", SamplingError, "hf_assisted:draft=ntp-draft,tokens=5,temperature=1.0: the baselines"),
 ])
 def test_bad_specs(spec, error, message):
     with pytest.raises(error, match=message):
@@ -223,10 +238,77 @@ def test_an_empty_draft_is_refused():
 def test_a_draft_model_is_checked_before_anything_is_decoded(root, tmp_path):
     lm, draft, _ = _models(root, "llama")
     hf_generate.check_baselines(lm, _spec(f"hf_assisted:draft={draft}"))
-    with pytest.raises(ModelError, match="does not exist"):
+    with pytest.raises(ModelError, match="draft=.*none,tokens=5: draft model folder .* does not exist"):
         hf_generate.check_baselines(lm, _spec(f"hf_assisted:draft={tmp_path / 'none'}"))
     other = build_tiny_model(tmp_path / "other", seed=0, hidden=16, layers=1, alphabet="xyz")
     with pytest.raises(ModelError, match="another tokenizer"):
         hf_generate.check_baselines(lm, _spec(f"hf_assisted:draft={other}"))
     with pytest.raises(UsageError, match="drop --exact"):
         hf_generate.check_baselines(dataclasses.replace(lm, exact=True), _spec("hf_prompt_lookup"))
+
+
+# ------------------------------------------------------------------------- records, table, report, compare
+PL = "hf_prompt_lookup:tokens=10,ngram=2"
+
+
+def generate_records():
+    """standard_records plus a prompt-lookup configuration: output = NTP's, drafts judged per target forward."""
+    from measure_fixtures import crafted_record, standard_records
+
+    records = standard_records()
+    for task in ("arith", "copy"):
+        for i in range(5):
+            rec = crafted_record(PL, task, str(i), nfe=4, tokens=8 + i, correct=True, decode_time_s=0.05)
+            rec["solver"], rec["params"], rec["prefill_forwards"] = "hf_prompt_lookup", {"tokens": 10, "ngram": 2}, 0
+            rec["forwards_per_block"] = [1, 1, 1, 1]
+            rec["drafted_per_block"], rec["accepted_per_block"] = [10, 4, 0, 6], [2, 1, 0, 4 + i % 2]
+            rec["replaced_per_block"], rec["draft_forwards"] = [1, 1, 0, 1], 0
+            records.append(rec)
+    return records
+
+
+def test_generate_rows_in_the_summary_the_table_the_warning_and_compare(tmp_path, capsys):
+    from measure_fixtures import crafted_run
+
+    from sbd_bench.analysis import report
+    from sbd_bench.analysis.metrics import ntp_mismatch_warning, summarize
+    from sbd_bench.cli import _print_table, main
+
+    rows = {(r["config"], r["task"]): r for r in summarize(generate_records())}
+    assert rows[(PL, "arith")]["acceptance_rate"] == pytest.approx((5 * 7 + 2) / (5 * 20))
+    assert rows[(PL, "arith")]["draft_forwards"] == 0 and rows[("ntp", "arith")]["draft_forwards"] is None
+    assert rows[(PL, "arith")]["ntp_match_rate"] == 1.0
+    _print_table(list(rows.values()))
+    header, *lines = capsys.readouterr().err.splitlines()
+    at = header.index("= NTP %")
+    shown = {(line.split()[0], line.split()[1]): line[at : at + 7].strip() for line in lines}
+    assert shown[("arith", PL)] == "100.0" and shown[("arith", "fixed_k:k=4")] == "-"
+    assert ntp_mismatch_warning(generate_records(), exact=False) is None
+    records = generate_records()
+    next(r for r in records if r["config"] == PL and r["task"] == "arith")["output_ids"] = [9]
+    warning = ntp_mismatch_warning(records, exact=False)
+    assert warning.startswith("1 of 10 samples of generate baselines (1 configuration x task row(s)) differ")
+    assert "transformers' generate verifies drafts" in warning
+    baseline = crafted_run(tmp_path / "base", generate_records())
+    capsys.readouterr()
+    assert main(["compare", str(baseline), str(crafted_run(tmp_path / "lossy", records))]) == 1
+    assert f"REGRESSION: {PL} on arith: generate baseline output differs from NTP's" in capsys.readouterr().err
+    fig = report.plot_accuracy_vs_speed(summarize(generate_records()), tmp_path / "p.png")
+    panel = next(ax for ax in fig.axes if ax.get_visible())
+    assert len([c for c in panel.collections if c.get_gid() == "generate"]) == 2  # its NFE and wall-clock points
+    text = report.write_report(crafted_run(tmp_path / "run", generate_records())).read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| task | config") and "draft forwards" in line)
+    row = next(line for line in text.splitlines() if line.startswith(f"| arith | {PL} |") and "draft" not in line
+               and len(line.split(" | ")) == len(header.split(" | ")) and " 37.0 " in line)
+    assert row.split(" | ")[header.split(" | ").index("draft forwards (mean)")] == "0.0"
+
+
+def test_a_missing_draft_is_one_line_and_no_run_folder(tmp_path, capsys):
+    from sbd_bench.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", "--solver", "hf_assisted:draft=nowhere", "--limit", "1", "--out", str(out), "--threads", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: hf_assisted:draft=nowhere,tokens=5: draft model folder 'nowhere' does not exist: pass a local "
+                   "Hugging Face folder (config.json + weights + tokenizer) or a shipped model name (ntp-draft, ntp-tiny, "
+                   "sbd-tiny)"] and not out.exists()

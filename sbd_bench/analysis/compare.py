@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from ..types import UsageError
-from .metrics import example_key, is_lossless, sampling_of, summarize
+from .metrics import example_key, is_lossless, is_verified, sampling_of, summarize
 from .records import check_output_file, load_run, starts_with, write_text_atomic
 
 
@@ -70,9 +70,13 @@ def compare_rows(base_row: dict, run_row: dict, tol: dict, same_draws: bool = Tr
     if run_row["errors"] > base_row["errors"]:
         problems.append(f"errors {base_row['errors']} -> {run_row['errors']}")
     if ntp_mismatch(run_row) and (exact or not ntp_mismatch(base_row)):
-        problems.append(f"verified output differs from NTP's on {100 * ntp_mismatch(run_row):.1f}% of examples "
+        problems.append(f"{_lossless_kind(run_row)} output differs from NTP's on {100 * ntp_mismatch(run_row):.1f}% of examples "
                         f"(must be none{'' if exact else ', as in the baseline'})")
     return problems
+
+
+def _lossless_kind(row: dict) -> str:
+    return "verified" if is_verified(row) else "generate baseline"
 
 
 def ntp_mismatch(row: dict) -> float:
@@ -121,9 +125,9 @@ def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[lis
         problems = compare_rows(base, row, tol, same_draws, exact)
         regressions += [f"{key[0]} on {key[1]}: {p}" for p in problems]
         if not problems and ntp_mismatch(row):
-            notes.append(f"{key[0]} on {key[1]}: verified output differs from NTP's on {100 * ntp_mismatch(row):.1f}% "
-                         f"of examples (baseline {100 * ntp_mismatch(base):.1f}%): rounding at near ties; --exact "
-                         f"removes it")
+            notes.append(f"{key[0]} on {key[1]}: {_lossless_kind(row)} output differs from NTP's on {100 * ntp_mismatch(row):.1f}% "
+                         f"of examples (baseline {100 * ntp_mismatch(base):.1f}%): rounding at near ties"
+                         + ("; --exact removes it" if is_verified(row) else ""))
         body.append([key[0], key[1], _f(base["nfe"]), _f(row["nfe"]), _f(base["accuracy"]), _f(row["accuracy"]),
                      _f(base["tokens_per_forward"]), _f(row["tokens_per_forward"]), _f(base["speed_factor_wall"]),
                      _f(row["speed_factor_wall"]), "FAIL" if problems else "ok"])

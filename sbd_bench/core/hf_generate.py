@@ -46,7 +46,7 @@ def load_draft(lm: LoadedModel, name: str) -> LoadedModel:
         draft = load_model(name, device=str(lm.device), dtype=dtype, attn_implementation=lm.attn_implementation,
                            require_mask_token=False)
         if draft.tokenizer.get_vocab() != lm.tokenizer.get_vocab():
-            raise ModelError(f"draft model {name} has another tokenizer than the model {lm.path}: assisted decoding "
+            raise ModelError(f"{name} has another tokenizer than the model {lm.path}: assisted decoding "
                              f"needs the model's own tokenizer; train a draft on it (as models/ntp-draft/README.md does)")
         _DRAFTS[key] = draft
     return _DRAFTS[key]
@@ -63,7 +63,10 @@ def check_baselines(lm: LoadedModel, solvers) -> None:
             raise UsageError(f"{solver.label} decodes with transformers' generate, which --exact does not cover (it "
                              f"makes the core's own decoding exact): drop --exact or the {baseline.name} configuration")
         if baseline.draft_model:
-            load_draft(lm, baseline.draft_model)
+            try:
+                load_draft(lm, baseline.draft_model)
+            except ModelError as exc:
+                raise ModelError(f"{solver.label}: draft {exc}") from exc
 
 
 class _Forwards:

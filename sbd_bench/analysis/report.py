@@ -154,7 +154,6 @@ def profile_columns() -> list[Column]:
         ("nfe (mean)", lambda r: _num(r["nfe"], 1)),
         ("tokens/forward", lambda r: _num(r["tokens_per_forward"], 2)),
         ("acceptance %", lambda r: _pct(r.get("acceptance_rate"))),
-        ("draft forwards (mean)", lambda r: _num(r.get("draft_forwards"), 1)),
         ("forwards/block", lambda r: _num(r["forwards_per_block"], 2)),
         ("peak memory MiB", memory),
     ]

@@ -63,7 +63,7 @@ def test_greedy_output_is_ntp_output_at_batch_one_and_three(root, family, stop_s
         return Decoder(lm, block_size=4, max_new_tokens=14, stop_strings=stop_strings)
 
     ntp = [decoder().generate(p, _spec("ntp")[0]) for p in prompts]
-    seen = {"accepted": 0, "replaced": 0, "reasons": {g.stop_reason for g in ntp}}
+    seen = {"accepted": 0, "replaced": 0, "undrafted": 0, "reasons": {g.stop_reason for g in ntp}}
     # n-grams of 1 and 3, a draft model that disagrees often and one that agrees always (the model itself)
     configs = _spec(f"hf_prompt_lookup:tokens=2;ngram=1+hf_prompt_lookup:tokens=10;ngram=3"
                     f"+hf_assisted:draft={draft};tokens=4+hf_assisted:draft={target};tokens=3")[1:]
@@ -78,6 +78,9 @@ def test_greedy_output_is_ntp_output_at_batch_one_and_three(root, family, stop_s
             assert all(0 <= a <= d for a, d in zip(g["accepted_per_block"], g["drafted_per_block"]))
             assert all(r <= a + 1 for r, a in zip(g["revealed_per_forward"], g["accepted_per_block"]))
             assert (g["draft_forwards"] > 0) == (solver.name == "hf_assisted")
+            if not any(g["drafted_per_block"]):  # nothing drafted: one forward per token, as NTP
+                assert g["nfe"] == ref.nfe == len(g["output_ids"])
+                seen["undrafted"] += 1
             seen["accepted"] += sum(g["accepted_per_block"])
             seen["replaced"] += sum(g["replaced_per_block"])
         if solver is configs[0] or solver is configs[2]:  # generate takes one row at a time: a batch goes row by row
@@ -86,7 +89,7 @@ def test_greedy_output_is_ntp_output_at_batch_one_and_three(root, family, stop_s
                 three += _records(decoder().generate_batch(prompts[i : i + 3], solver))
             assert three == one, solver.label
     # the cases the comparison must cover did occur
-    assert seen["accepted"] > 0 and seen["replaced"] > 0
+    assert seen["accepted"] > 0 and seen["replaced"] > 0 and seen["undrafted"] > 0
     assert "stop_string" in seen["reasons"] if stop_strings else {"max_new_tokens", "context", "stop_token"} <= seen["reasons"]
 
 

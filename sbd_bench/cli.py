@@ -206,8 +206,8 @@ def _cell(value, spec: str) -> str:
 
 
 # The columns of the stderr table after task and config: (header, width, the cell of a summary row).
-# ``accept`` is the acceptance rate of verified configurations and ``= NTP %`` the share of their
-# examples whose output is NTP's ("-" for the others), beside tokens per forward as in the report;
+# ``accept`` is the acceptance rate of verified configurations (and of the generate baselines) and ``= NTP %``
+# the share of their examples whose output is NTP's ("-" for the others), beside tokens per forward as in the report;
 # ``speed_wall`` is decode time, a ratio of totals (analysis/metrics.py).
 TABLE_COLUMNS = [
     ("n", 4, lambda r: str(r["n"])),
@@ -250,10 +250,11 @@ def _print_table(rows: list[dict], width: int | None = None) -> None:
 
 
 def _ntp_percent(row: dict) -> float | None:
-    """A verified row's share of examples whose output is NTP's, in percent; None for the others."""
-    from .analysis.metrics import is_verified
+    """A verified row's (or a generate baseline's) share of examples whose output is NTP's, in percent;
+    None for the others."""
+    from .analysis.metrics import is_lossless
 
-    return 100 * row["ntp_match_rate"] if is_verified(row) and row.get("ntp_match_rate") is not None else None
+    return 100 * row["ntp_match_rate"] if is_lossless(row) and row.get("ntp_match_rate") is not None else None
 
 
 def _wrap(name: str, width: int) -> list[str]:

@@ -20,8 +20,8 @@ import sys
 import typing
 from pathlib import Path
 
-from .types import (GREEDY, SAMPLING_KEYS, Sampling, SamplingError, Solver, SolverError, UsageError, Verified,
-                    did_you_mean, sampled)
+from .types import (GREEDY, SAMPLING_KEYS, GenerateBaseline, Sampling, SamplingError, Solver, SolverError, UsageError,
+                    Verified, did_you_mean, generate_baseline, sampled)
 
 BUILTIN_SOLVERS = Path(__file__).resolve().parent.parent / "solvers"
 ENTRY_POINT_GROUP = "sbd_bench.solvers"
@@ -140,6 +140,9 @@ def build_solver(cls: type[Solver], overrides: dict[str, str | object]) -> Solve
 
 def verified(solver: Solver) -> Solver:
     """``solver`` in the core's verify mode (``types.Verified``)."""
+    if generate_baseline(solver) is not None:
+        raise SolverError(f"{solver.name}: {VERIFY_KEY}=on applies to block solvers; {solver.name} decodes with "
+                          f"transformers' generate, whose output is the model's own already")
     if not solver.decodes_blocks:
         raise SolverError(f"{solver.name}: {VERIFY_KEY}=on applies to block solvers; {solver.name} decodes token by "
                           f"token through the causal stream already")
@@ -168,14 +171,16 @@ def parse_solver_spec(spec: str, registry: dict[str, type[Solver]], sampling: Sa
     comma between plain names) separates solvers. The cross product of swept values is returned.
     ``verify=on`` (or ``verify=on,off``) is the core's verify mode, open to every block solver;
     ``temperature``, ``top_p`` and ``top_k`` (sweepable too) set how the core picks tokens, over the
-    run-wide ``sampling``. ``all`` gives every registered solver at its defaults, then the verified
-    ``VERIFIED_IN_ALL``. ``ntp`` comes first, at the sampling of every configuration that needs it as
-    the baseline its speed factors are paired with (added where the spec has no such ``ntp``).
+    run-wide ``sampling``. ``all`` gives every registered solver at its defaults (but the baselines decoded
+    by transformers' generate, which are named), then the verified ``VERIFIED_IN_ALL``. ``ntp`` comes first, at the sampling of every configuration that needs it as
+    the baseline its speed factors are paired with (added where the spec has no such ``ntp``), then the
+    block solvers, then the baselines decoded by transformers' generate (``types.GenerateBaseline``).
     """
     configs: list[Solver] = []
     for part in _split_solvers(spec):
-        if part == "all":
-            configs += [sampled(build_solver(cls, {}), sampling) for cls in registry.values()]
+        if part == "all":  # not the generate baselines: a draft model fits one tokenizer, and they run greedily only
+            configs += [sampled(build_solver(cls, {}), sampling) for cls in registry.values()
+                        if not issubclass(cls, GenerateBaseline)]
             configs += [sampled(verified(build_solver(registry[name], params)), sampling)
                         for name, params in VERIFIED_IN_ALL if name in registry]
             continue
@@ -205,12 +210,18 @@ def parse_solver_spec(spec: str, registry: dict[str, type[Solver]], sampling: Sa
             configs += [sampled(verified(solver) if mode == "on" else solver, how)
                         for how in samplings for mode in modes]
     unique = list({c.label: c for c in configs}.values())
-    ntp = [c for c in unique if not c.decodes_blocks]
+    generate = [c for c in unique if generate_baseline(c) is not None]  # transformers' generate: paired with ntp too
+    for c in generate:
+        if not c.sampling.greedy:
+            raise SamplingError(f"{c.label}: the baselines decoded by transformers' generate run greedily only: sampled "
+                                f"assisted decoding has not passed this project's check against NTP's distribution "
+                                f"(docs/baselines.md#sampling); give them temperature=0 or run them without --temperature")
+    ntp = [c for c in unique if not c.decodes_blocks and c not in generate]
     if "ntp" in registry:  # the baseline every speed factor is paired with, at each configuration's sampling
         have = {c.sampling for c in ntp if c.name == "ntp"}
-        needed = [c.sampling for c in unique if c.decodes_blocks] or ([] if ntp else [sampling])
+        needed = [c.sampling for c in unique if c.decodes_blocks or c in generate] or ([] if ntp else [sampling])
         ntp += [sampled(build_solver(registry["ntp"], {}), how) for how in dict.fromkeys(needed) if how not in have]
-    return ntp + [c for c in unique if c.decodes_blocks]
+    return ntp + [c for c in unique if c.decodes_blocks] + generate
 
 
 def _split_solvers(spec: str) -> list[str]:

@@ -380,6 +380,36 @@ def sampled(solver: Solver, sampling: Sampling) -> Solver:
     return inner if sampling.greedy else Sampled(inner, sampling.effective)
 
 
+# ------------------------------------------------- baselines decoded by transformers' own generate
+@dataclass(frozen=True)
+class GenerateBaseline(Solver):
+    """Base class of the baselines the core decodes with transformers' own ``generate`` (prompt lookup,
+    assisted decoding with a draft model: core/hf_generate.py, docs/baselines.md) on the same model, prompt,
+    stops and budget as every other configuration: the lossless speed-ups a user has without fine-tuning.
+    A subclass's fields are its parameters; it says how to call ``generate`` (``generate_options``: its
+    keyword arguments, HF's names) and which draft model it needs (``draft_model``: a folder or a shipped
+    model name; None: none). The core never calls ``select``, and verify mode does not apply: ``generate``
+    keeps the target's own output already."""
+
+    decodes_blocks: ClassVar[bool] = False
+
+    @property
+    def draft_model(self) -> str | None:
+        return None
+
+    def generate_options(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def select(self, view: BlockView) -> torch.Tensor:
+        raise RuntimeError(f"{self.name} decodes with transformers' generate; the core never asks it to select")
+
+
+def generate_baseline(solver: Solver) -> GenerateBaseline | None:
+    """The ``GenerateBaseline`` a configuration decodes with (a sampled one unwrapped), else None."""
+    inner = solver.solver if isinstance(solver, Sampled) else solver
+    return inner if isinstance(inner, GenerateBaseline) else None
+
+
 def reveal_top(score: torch.Tensor, masked: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:
     """The ``n`` highest-``score`` masked positions of each row, as a (B, k) bool tensor.
 
@@ -456,6 +486,7 @@ class Generation:
     # at the max_block_forwards bound
     remasked_per_block: list[int] | None = None
     forced_per_block: list[int] | None = None
+    draft_forwards: int | None = None  # GenerateBaseline only: forwards of its draft model (0: it drafts without one)
     # generate_batch(trace=True) only: {"pieces": {id: text}, "forwards": [one dict per forward]} (docs/records.md)
     trace: dict | None = None
 
@@ -485,6 +516,10 @@ REVOKE_FIELDS = ("remasked_per_block", "forced_per_block", "max_block_forwards")
 
 # Records decoded with --exact (core/exact.py) add "exact": true; a plain run's records are what they were.
 
+# Fields that follow "replaced_per_block" in the records of GenerateBaseline configurations only (transformers'
+# generate): the draft model's forwards, apart from the target's (nfe); 0 where the draft needs no model.
+GENERATE_FIELDS = ("draft_forwards",)
+
 # One row of summary.json "rows" (per solver configuration x task).
 SUMMARY_ROW_FIELDS = (
     "solver", "params", "config", "task", "n", "errors", "repeats", "accuracy", "accuracy_lo", "accuracy_hi",
@@ -493,7 +528,7 @@ SUMMARY_ROW_FIELDS = (
     "tokens_differ_from_ntp",
     "speed_factor_nfe", "speed_factor_nfe_lo", "speed_factor_nfe_hi",
     "speed_factor_wall", "speed_factor_wall_lo", "speed_factor_wall_hi",
-    "speed_factor_e2e", "speed_factor_e2e_lo", "speed_factor_e2e_hi",
+    "speed_factor_e2e", "speed_factor_e2e_lo", "speed_factor_e2e_hi", "draft_forwards",
     "wall_time_s", "prefill_time_s", "decode_time_s",
     "peak_memory_bytes", "peak_memory_source", "peak_memory_nvml_bytes",
 )

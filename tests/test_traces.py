@@ -111,3 +111,12 @@ def test_trace_counts(tmp_path, value, lines, code):
         assert not (out / "samples.jsonl").exists()
     else:
         assert not (out / "traces.jsonl").exists()
+
+
+def test_the_baselines_decoded_by_generate_are_not_traced(tmp_path):
+    """transformers' generate decodes them: the core sees no forward to trace, and the run says nothing wrong."""
+    out = tmp_path / "run"
+    run(RunConfig(model="sbd-tiny", tasks=["arith"], solvers="ntp+hf_prompt_lookup", out=out, limit=1, device="cpu",
+                  dtype="float32", cost_curve=False, report=False, threads=1))
+    assert [t["config"] for t in read_traces(out / "traces.jsonl")] == ["ntp"]
+    assert len(read_records(out / "samples.jsonl")) == 2

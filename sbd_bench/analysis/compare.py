@@ -10,9 +10,9 @@ with like), then summarised with the same metrics. Per configuration x task it f
                            are noisy, CPUs more so; CI passes a larger one); a ratio of total decode times
   pass_at_k                changes by more than --accuracy-tol, like accuracy (pass@1), with --samples N > 1
   errors                   increase
-  ntp_match_rate           is below 1 in a greedy verified configuration (its output must be NTP's) where
-                           the baseline's was 1, or at all with --exact; below 1 in both runs without --exact
-                           (rounding at near ties, bf16 most) it is a note, not a regression
+  ntp_match_rate           is below 1 in a greedy verified configuration or generate baseline (its output
+                           must be NTP's) where the baseline's was 1, or at all with --exact; below 1 in both
+                           runs without --exact (rounding at near ties, bf16 most) it is a note, not a regression
 and when the run has a configuration the baseline lacks (refresh the baseline deliberately, see the
 docs/measurement.md). A row that did not regress improved when a figure moved the better way (accuracy or
 pass@k up, NFE down, tokens per forward up, fewer errors: within the tolerances; the wall-clock speed
@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 from ..types import UsageError
-from .metrics import example_key, is_verified, sampling_of, summarize
+from .metrics import example_key, is_lossless, is_verified, sampling_of, summarize
 from .records import check_output_file, load_run, starts_with, write_text_atomic
 
 
@@ -73,7 +73,7 @@ def compare_rows(base_row: dict, run_row: dict, tol: dict, same_draws: bool = Tr
     if run_row["errors"] > base_row["errors"]:
         problems.append(f"errors {base_row['errors']} -> {run_row['errors']}")
     if ntp_mismatch(run_row) and (exact or not ntp_mismatch(base_row)):
-        problems.append(f"verified output differs from NTP's on {100 * ntp_mismatch(run_row):.1f}% of examples "
+        problems.append(f"{_lossless_kind(run_row)} output differs from NTP's on {100 * ntp_mismatch(run_row):.1f}% of examples "
                         f"(must be none{'' if exact else ', as in the baseline'})")
     return problems
 
@@ -99,12 +99,16 @@ def improvements(base_row: dict, run_row: dict, tol: dict, same_draws: bool = Tr
     return better
 
 
+def _lossless_kind(row: dict) -> str:
+    return "verified" if is_verified(row) else "generate baseline"
+
+
 def ntp_mismatch(row: dict) -> float:
-    """The share of a greedy verified row's examples whose output differs from NTP's (0 for other rows;
-    sampled verified output is distributed as NTP's, not equal to it)."""
+    """The share of a greedy verified row's (or generate baseline's) examples whose output differs from NTP's
+    (0 for other rows; sampled verified output is distributed as NTP's, not equal to it)."""
     match = row.get("ntp_match_rate")
     greedy = not any(sampling_of(row))
-    return 1 - match if is_verified(row) and greedy and match is not None and match < 1 - EPS else 0.0
+    return 1 - match if is_lossless(row) and greedy and match is not None and match < 1 - EPS else 0.0
 
 
 def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[dict], list[str], list[str]]:
@@ -147,9 +151,9 @@ def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[dic
         problems = compare_rows(base, row, tol, same_draws, exact)
         regressions += [f"{key[0]} on {key[1]}: {p}" for p in problems]
         if not problems and ntp_mismatch(row):
-            notes.append(f"{key[0]} on {key[1]}: verified output differs from NTP's on {100 * ntp_mismatch(row):.1f}% "
-                         f"of examples (baseline {100 * ntp_mismatch(base):.1f}%): rounding at near ties; --exact "
-                         f"removes it")
+            notes.append(f"{key[0]} on {key[1]}: {_lossless_kind(row)} output differs from NTP's on {100 * ntp_mismatch(row):.1f}% "
+                         f"of examples (baseline {100 * ntp_mismatch(base):.1f}%): rounding at near ties"
+                         + ("; --exact removes it" if is_verified(row) else ""))
         better = [] if problems else improvements(base, row, tol, same_draws)
         body.append({"cells": [key[0], key[1], _f(base["nfe"]), _f(row["nfe"]), _f(base["accuracy"]), _f(row["accuracy"]),
                                _f(base["tokens_per_forward"]), _f(row["tokens_per_forward"]),

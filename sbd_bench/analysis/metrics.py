@@ -13,8 +13,12 @@ Samples (``--samples N``: N decodes of each example, ``sample`` 0..N-1 in the re
 Per (config, task), over its samples without error:
   nfe, tokens         means
   tokens_per_forward  total tokens / total nfe
-  acceptance_rate     verified configurations (``params.verify == "on"``): total drafted tokens that NTP
-                      confirmed / total drafted tokens; None for the others
+  acceptance_rate     verified configurations (``params.verify == "on"``) and generate baselines: total
+                      drafted tokens that NTP (the model's argmax) confirmed / total drafted tokens; None for
+                      the others
+  draft_forwards      generate baselines (transformers' generate: prompt lookup, assisted decoding): mean
+                      forwards of the draft model per sample, apart from nfe (0 for prompt lookup); None for
+                      the others
   ntp_match_rate      share of examples whose output_ids equal NTP's, paired on (task, id); verified
                       configurations reach 1.0 with --exact, and without it wherever no near tie of NTP's
                       logits is rounded differently by forwards of different sizes (``ntp_mismatch_warning``)
@@ -104,6 +108,18 @@ def collapse_repeats(records: Iterable[dict]) -> list[dict]:
 def is_verified(rec: dict) -> bool:
     """A record or summary row of a configuration decoded in the core's verify mode."""
     return (rec.get("params") or {}).get("verify") == "on"
+
+
+def is_generate_baseline(rec: dict) -> bool:
+    """A record or summary row of a baseline decoded by transformers' generate (``types.GenerateBaseline``:
+    prompt lookup, assisted decoding): they alone carry ``draft_forwards`` (a row: its mean)."""
+    return rec.get("draft_forwards") is not None
+
+
+def is_lossless(rec: dict) -> bool:
+    """A configuration whose greedy output must be NTP's: verified, or a generate baseline (both verify
+    drafts against the model's own argmax)."""
+    return is_verified(rec) or is_generate_baseline(rec)
 
 
 def baseline_records(records: list[dict]) -> dict[tuple, dict]:
@@ -275,21 +291,32 @@ def _pass_rates(recs: list[dict], pass_k: int | None) -> dict:
 
 
 def ntp_mismatch_warning(records: Iterable[dict], exact: bool) -> str | None:
-    """One line when verified configurations' outputs differ from NTP's (None when none does): how many,
-    why, and what removes it. ``records``: a run's sample records; ``exact``: whether it used --exact."""
+    """One line when greedy outputs that must be NTP's differ from it (verified configurations, generate
+    baselines; None when none does): how many, why, and what removes it. ``records``: a run's sample
+    records; ``exact``: whether it used --exact."""
     samples = collapse_repeats(records)
-    configs = {r["config"] for r in samples if is_verified(r) and not any(sampling_of(r))}  # sampled: distributed as NTP's
-    verified = {key: found for key, found in ntp_matches(samples).items() if key[0] in configs}
-    checked = sum(len(found) for found in verified.values())
-    differ = sum(found.count(False) for found in verified.values())
-    if not differ:
-        return None
-    rows = sum(1 for found in verified.values() if not all(found))
-    what = f"{differ} of {checked} verified samples ({rows} configuration x task row(s)) differ from ntp's output"
-    if exact:
-        return f"{what} although --exact was on: a bug of exact mode; please report it with this run folder"
-    return (f"{what}: near ties of NTP's logits round differently in forwards of different sizes (bf16 most); "
-            f"--exact removes it (verified = ntp bit for bit), --dtype float32 makes it rare")
+    greedy = [r for r in samples if not any(sampling_of(r))]  # sampled: distributed as NTP's, not equal to it
+    matches, parts = ntp_matches(samples), []
+    for kind in ("verified", "generate"):
+        configs = {r["config"] for r in greedy if (is_verified(r) if kind == "verified" else is_generate_baseline(r))}
+        found = {key: m for key, m in matches.items() if key[0] in configs}
+        differ = sum(m.count(False) for m in found.values())
+        if not differ:
+            continue
+        rows = sum(1 for m in found.values() if not all(m))
+        what = (f"{differ} of {sum(map(len, found.values()))} "
+                f"{'verified samples' if kind == 'verified' else 'samples of generate baselines'} "
+                f"({rows} configuration x task row(s)) differ from ntp's output")
+        if kind == "generate":
+            parts.append(f"{what}: transformers' generate verifies drafts in forwards of several tokens, whose "
+                         f"rounding can flip a near tie of the model's logits (bf16 most; --exact does not cover "
+                         f"generate), --dtype float32 makes it rare")
+        elif exact:
+            parts.append(f"{what} although --exact was on: a bug of exact mode; please report it with this run folder")
+        else:
+            parts.append(f"{what}: near ties of NTP's logits round differently in forwards of different sizes (bf16 "
+                         f"most); --exact removes it (verified = ntp bit for bit), --dtype float32 makes it rare")
+    return "; ".join(parts) or None
 
 
 def scorer_changes(records: Iterable[dict]) -> list[dict]:
@@ -343,13 +370,14 @@ def _row(config: str, task: str, recs: list[dict], nfe_ratios: list[float], matc
         "accuracy": mean(verdicts) if verdicts else None, "accuracy_lo": acc_lo, "accuracy_hi": acc_hi,
         "nfe": _mean(r["nfe"] for r in ok), "tokens": _mean(r["tokens"] for r in ok),
         "tokens_per_forward": sum(r["tokens"] for r in ok) / total_nfe if total_nfe else None,
-        "acceptance_rate": accepted / drafted if drafted and is_verified(recs[0]) else None,
+        "acceptance_rate": accepted / drafted if drafted and any(map(is_lossless, ok)) else None,
         "ntp_match_rate": _mean(matches),
         "forwards_per_block": _mean(blocks),
         "speed_factor_nfe": _mean(nfe_ratios), "speed_factor_nfe_lo": nfe_lo, "speed_factor_nfe_hi": nfe_hi,
         "wall_time_s": _mean(r["wall_time_s"] for r in ok),
         "prefill_time_s": _mean(r["prefill_time_s"] for r in ok),
         "decode_time_s": _mean(r["decode_time_s"] for r in ok),
+        "draft_forwards": _mean(r.get("draft_forwards") for r in ok),
         "peak_memory_bytes": max(memory) if memory else None,
         "peak_memory_source": next((r.get("peak_memory_source") for r in ok if r.get("peak_memory_source")), None),
         "peak_memory_nvml_bytes": max(nvml) if nvml else None,

@@ -34,7 +34,8 @@ from typing import Callable
 from ..types import SUMMARY_ROW_FIELDS
 from .formats import (LENGTH_FOOTNOTE, LENGTH_MARK, _interval, _num, _pct, _x, dominates, length_mark, pareto_front,
                       sampled_rows)  # dominates: report.dominates, as before the formats moved out (tests use it)
-from .metrics import BASELINE_SOLVER, is_verified, ntp_mismatch_warning, scorer_changes, summarize
+from .metrics import (BASELINE_SOLVER, is_generate_baseline, is_verified, ntp_mismatch_warning, scorer_changes,
+                      summarize)
 from .records import (SUMMARY, RunFolderError, free_path, is_run_summary, load_run, prepare_output_folder,
                       remove_empty_folders, starts_with, write_atomic, write_text_atomic)
 from .page import PAGE, write_page
@@ -271,8 +272,10 @@ def plot_accuracy_vs_speed(rows: list[dict], path: Path):
 
     tasks, configs = task_order(rows), config_order(rows)
     colors = {c: plt.get_cmap("tab10")(i % 10) for i, c in enumerate(configs)}
-    # verified configurations (output = NTP's) as diamonds; gid "verified" lets tests find them
-    marker = {r["config"]: ("D", "verified") if is_verified(r) else ("o", None) for r in rows}
+    # verified configurations (output = NTP's) as diamonds, transformers' generate baselines (prompt lookup,
+    # assisted decoding; output = NTP's too) as squares; gids "verified" and "generate" let tests find them
+    marker = {r["config"]: ("D", "verified") if is_verified(r) else ("s", "generate") if is_generate_baseline(r)
+              else ("o", None) for r in rows}
     cols = 2 if len(tasks) == 4 else min(3, len(tasks))
     rows_n = -(-len(tasks) // cols)
     fig, axes = plt.subplots(rows_n, cols, figsize=(4.8 * cols, 4.2 * rows_n), squeeze=False)
@@ -311,8 +314,11 @@ def plot_accuracy_vs_speed(rows: list[dict], path: Path):
             ax.text(0.5, 0.5, "no verdicts", transform=ax.transAxes, ha="center")
     handles = [plt.Line2D([], [], marker=marker[c][0], ls="", color=colors[c], label=c) for c in configs]
     grey = "0.35"
-    if any(gid for _, gid in marker.values()):
+    if any(gid == "verified" for _, gid in marker.values()):
         handles.append(plt.Line2D([], [], marker="D", ls="", color=grey, label="diamond: verified (output = NTP's)"))
+    if any(gid == "generate" for _, gid in marker.values()):
+        handles.append(plt.Line2D([], [], marker="s", ls="", color=grey,
+                                  label="square: transformers' generate\n(prompt lookup, draft model)"))
     handles += [plt.Line2D([], [], marker="o", ls="", color=grey, label="filled: speed factor from NFE"),
                 plt.Line2D([], [], marker="o", ls="", mfc="none", mec=grey, label="hollow: speed factor from wall-clock"),
                 plt.Line2D([], [], ls="--", marker="o", ms=12, mfc="none", color="k", label="Pareto front (NFE)")]

@@ -56,9 +56,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..types import GREEDY, BlockView, Decision, Generation, Solver, UsageError
+from ..types import GREEDY, BlockView, Decision, Generation, Solver, UsageError, generate_baseline
 from .cache import KVCache, StaticKVCache
 from .fastpath import FastPath, keeps_logits
+from .hf_generate import generate_with_transformers
 from .masks import Pattern
 from .model import LoadedModel
 from .sampling import (DrawStream, draw, probabilities, speculative_verify, to_device, uniform_rows,
@@ -319,6 +320,8 @@ class Decoder:
         seeds = [self.seed] * len(prompts) if seeds is None else list(seeds)
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        if generate_baseline(solver) is not None:  # transformers' own generate, one row at a time (hf_generate.py)
+            return [generate_with_transformers(self, ids, solver, seed) for ids, seed in zip(prompts, seeds)]
         device, longest, k = self.lm.device, max(map(len, prompts)), self.block_size
         self.counters, self.sampling, self._draft_probs, self._memory = Counters(), solver.sampling, None, None
         self._keeps_history = solver.keeps_history

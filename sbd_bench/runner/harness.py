@@ -37,6 +37,7 @@ from ..analysis.report import check_report_folder, write_report
 from ..analysis.traces import TRACES
 from ..core.decoding import check_model_output
 from ..core.fastpath import FastPath
+from ..core.hf_generate import check_baselines
 from ..core.model import MODELS_DIR, LoadedModel, cpu_model, device_name, folder_hash, load_model
 from ..registry import parse_solver_spec, solver_registry
 from ..tasks import load_task, task_options, task_registry
@@ -44,7 +45,7 @@ from ..tasks.code_tasks import CodeTask
 from ..tasks.math_tasks import MathTask
 from ..tasks.math_verifier import describe as describe_math_verify
 from ..sandbox import isolation
-from ..types import SCHEMA_VERSION, Example, Solver, Task, UsageError
+from ..types import SCHEMA_VERSION, Example, Solver, Task, UsageError, generate_baseline
 from .batches import batched_records, warm_up_batches
 from .costcurve import measure_cost_curve
 from .memory import nvml_for
@@ -346,6 +347,7 @@ def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list
         rank, world = cfg.shard  # has checked that every rank gets one)
         work = work[rank::world]
     check_model_output(lm, work[0][2])  # a model that computes NaN is refused before anything is decoded
+    check_baselines(lm, solvers)  # transformers' generate baselines: their draft models load and fit the model
     planned = plan_samples(work, solvers, cfg)
     prov = provenance(cfg, lm, threads_chosen)
     unknown = unknown_characters(work, lm.tokenizer)
@@ -435,8 +437,8 @@ def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progr
     try:
         for record in records:
             item = items[metrics.sample_key(record)]
-            if not record["error"] and item.repeat == 0 and item.sample == 0 and (
-                    traced is None or (item.task.name, str(item.example.id)) in traced):
+            if not record["error"] and item.repeat == 0 and item.sample == 0 and generate_baseline(item.solver) is None \
+                    and (traced is None or (item.task.name, str(item.example.id)) in traced):  # generate: no forwards to see
                 tracer = tracer or RecordWriter(out / TRACES)
                 tracer.write(trace_sample(lm, item, cfg))  # before the record: a resumed run traces it again
             writer.write(record)

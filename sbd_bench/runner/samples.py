@@ -208,6 +208,7 @@ def sample_record(task: Task, example: Example, prompt_ids: list[int], solver: S
         "accepted_per_block": gen.accepted_per_block, "replaced_per_block": gen.replaced_per_block,
         **({"remasked_per_block": gen.remasked_per_block, "forced_per_block": gen.forced_per_block,
             "max_block_forwards": cfg.block_forwards} if solver.revokes else {}),
+        **({"draft_forwards": gen.draft_forwards} if gen.draft_forwards is not None else {}),  # GENERATE_FIELDS
         "wall_time_s": gen.prefill_time_s + gen.decode_time_s, "prefill_time_s": gen.prefill_time_s,
         "decode_time_s": gen.decode_time_s, "correct": correct,
         "answer": example.answer, "error": None,

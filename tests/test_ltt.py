@@ -132,11 +132,11 @@ def test_testing_every_setting_without_the_order_breaks_it():
 
 def nfe_and_losses(rng, draws: int, n: int, duplicates: int) -> tuple[np.ndarray, np.ndarray]:
     """Per (draw, setting, example): a safe setting (risk 0, 30 forwards) first, then ``duplicates``
-    settings alike in law: each example goes aggressive with probability 0.1 (one forward instead of
-    two) and only an aggressive example can be lost (with probability 0.21), so the risk is 0.021.
+    settings alike in law: each example goes aggressive with probability 0.03 (one forward instead of
+    two) and only an aggressive example can be lost (with probability 0.7), so the risk is 0.021.
     Returns the mean NFE (draws, settings) and the loss counts (draws, settings)."""
-    aggressive = rng.random((draws, duplicates, n)) < 0.1
-    lost = aggressive & (rng.random((draws, duplicates, n)) < 0.21)
+    aggressive = rng.random((draws, duplicates, n)) < 0.03
+    lost = aggressive & (rng.random((draws, duplicates, n)) < 0.7)
     nfe = np.concatenate([np.full((draws, 1), 30.0), (2.0 - aggressive).mean(-1)], axis=1)
     losses = np.concatenate([np.zeros((draws, 1), dtype=int), lost.sum(-1)], axis=1)
     return nfe, losses
@@ -149,7 +149,7 @@ def test_ordering_by_nfe_on_the_tested_examples_breaks_it_and_separate_examples_
     independent of the tested losses and keeps the guarantee."""
     rng = np.random.default_rng(5)
     duplicates = 8
-    risks = np.array([0.0] + [0.1 * 0.21] * duplicates)
+    risks = np.array([0.0] + [0.03 * 0.7] * duplicates)
     nfe_tested, losses = nfe_and_losses(rng, DRAWS, N, duplicates)
     nfe_apart, _ = nfe_and_losses(rng, DRAWS, 20, duplicates)  # 20 other examples, as --order-examples 20
 

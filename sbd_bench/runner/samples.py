@@ -62,12 +62,15 @@ class RunConfig:
     samples: int = 1  # decodes of each example per configuration (N of pass@k)
     pass_k: int | None = None  # the k of pass@k (None: N)
     exact: bool = False  # every row computed alone (core/exact.py); a different configuration for compare
+    example_ids: dict[str, list[str]] | None = None  # task name -> the ids to decode (tune's splits); None: all
 
     def __post_init__(self):
         if not 0 <= self.seed < 2 ** 64:  # torch's seed range (it raises an overflow error past it)
             raise UsageError(f"--seed must be between 0 and 2**64 - 1 = {2 ** 64 - 1} (got {self.seed})")
         if self.block_size < 1:
             raise UsageError(f"--block-size must be >= 1 (got {self.block_size})")
+        if self.example_ids is not None and self.limit is not None:
+            raise UsageError("--limit and chosen example ids do not mix: the ids already say which examples run")
         if self.limit is not None and self.limit < 1:
             raise UsageError(f"--limit must be >= 1 (got {self.limit})")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:

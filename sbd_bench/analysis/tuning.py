@@ -231,13 +231,14 @@ def expand_tuned(spec: str) -> str:
     return "+".join(parts)
 
 
-def write_tune(folder: Path, state: dict) -> None:
-    """tune.json, and once there are results, tune.md and tune.png (each written atomically)."""
+def write_tune(folder: Path, state: dict, plot: bool = True) -> None:
+    """tune.json, and once there are results, tune.md and (with ``plot``) tune.png, each written atomically."""
     folder = Path(folder)
     write_json_atomic(folder / TUNE_FILE, state)
     if state.get("results"):
         write_text_atomic(folder / TABLE_FILE, table_text(state))
-        plot_tune(state, folder / PLOT_FILE)
+        if plot:
+            plot_tune(state, folder / PLOT_FILE)
 
 
 # ------------------------------------------------------------------------------------------- tables

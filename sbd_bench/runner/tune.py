@@ -21,7 +21,8 @@ sampling settings are `run`'s, and each part is a run folder that `report` and `
   5. a held-out run per task with a pick (``held_out/TASK/``): NTP and that task's picks;
   6. tune.json, tune.md and tune.png (``analysis/tuning.py``, from the records).
 An interrupted tune resumes part by part: finished parts are kept, an unfinished one is resumed like
-`run --resume`, and the picks are computed again from the same records, so they are the same.
+`run --resume`, and the picks are computed again from the same records, so they are the same. On a
+finished tune, --resume decodes nothing and writes tune.json, tune.md and tune.png again from the records.
 """
 from __future__ import annotations
 
@@ -205,7 +206,7 @@ def _tune_locked(cfg: TuneConfig, out: Path, state: dict, tasks: list[Task], spl
                      f"{cfg.order_examples} + {cfg.calibration} examples each, into {out / CALIBRATION}")
     summaries = [_part(cfg, out / CALIBRATION, cfg.run.tasks, cfg.run.solvers, ids, progress)]
     state["results"] = certify(state, read_records(out / CALIBRATION / SAMPLES))
-    write_tune(out, state)
+    write_tune(out, state, plot=False)  # the picks are recorded before anything more is decoded
     held = {}
     for spec, task in zip(cfg.run.tasks, tasks):
         picks = list(dict.fromkeys(r["pick_spec"] for r in state["results"] if r["task"] == task.name and r["pick"]))
@@ -243,8 +244,13 @@ def resume_tune(folder: Path, progress: Progress | None = None, command: str = "
     """Finish the tune in ``folder`` with the settings it was started with."""
     folder = Path(folder)
     state = read_tune(folder)
-    if state.get("complete"):
-        (progress or Progress()).message(f"{folder} is complete: nothing to resume; its table is {folder / 'tune.md'}")
+    if state.get("complete"):  # nothing to decode; the files are written again from the records
+        state["results"] = certify(state, read_records(folder / CALIBRATION / SAMPLES))
+        add_held_out(state, {task: read_records(folder / HELD_OUT / task / SAMPLES) for task in state["tasks"]
+                             if (folder / HELD_OUT / task / SAMPLES).exists()})
+        write_tune(folder, state)
+        (progress or Progress()).message(f"{folder} is complete: nothing to resume; tune.json, tune.md and tune.png "
+                                         f"written again from its records")
         return folder
     cfg = TuneConfig.from_json(state["settings"])
     cfg.run.out = folder

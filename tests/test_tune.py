@@ -47,6 +47,19 @@ def test_a_config_spec_parses_back_to_its_configuration():
             assert solver.label in [s.label for s in again]
 
 
+def test_a_family_is_one_solver_sweeping_one_parameter_core_options_included():
+    from sbd_bench.registry import solver_registry
+    from sbd_bench.runner.tune import solver_families
+    from sbd_bench.types import GREEDY
+
+    registry = solver_registry()
+    (verified,) = solver_families("ntp+fixed_k:k=8;verify=off,on", registry, GREEDY)
+    assert (verified["family"], verified["swept"], verified["values"]) == ("fixed_k:k=8", "verify", ["off", "on"])
+    (sampled,) = solver_families("entropy_bounded:temperature=0,0.7", registry, GREEDY)
+    assert sampled["swept"] == "temperature" and sampled["values"] == ["0", "0.7"]
+    assert sampled["specs"][1] == "entropy_bounded:gamma=0.35;proxy=entropy;temperature=0.7"
+
+
 # ----------------------------------------------------------------------------- certifying, on records
 FAMILY = {"family": "fam", "solver": "fam", "swept": "x", "configs": ["fam:x=d", "fam:x=c", "fam:x=b", "fam:x=a"],
           "values": ["d", "c", "b", "a"], "specs": ["fam:x=d", "fam:x=c", "fam:x=b", "fam:x=a"]}

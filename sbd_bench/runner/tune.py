@@ -96,6 +96,7 @@ def tune_resume_command(out: Path) -> str:
 
 
 # ------------------------------------------------------------------------------------- the families
+ABSENT = {"verify": "off", "temperature": "0", "top_p": "1", "top_k": "0"}  # core options a label leaves out
 def solver_families(spec: str, registry: dict, sampling: Sampling) -> list[dict]:
     """Each '+'-part of ``spec``: one solver sweeping one parameter, its settings in the order given.
     NTP (the baseline, decoded anyway) is no family."""
@@ -113,17 +114,18 @@ def solver_families(spec: str, registry: dict, sampling: Sampling) -> list[dict]
             raise UsageError(f"tune needs at least two settings of {names[0]} to choose from, and '{part}' gives "
                              f"one ({settings[0].label}): sweep one of its parameters, e.g. "
                              f"{names[0]}:{next(iter(settings[0].params), 'param')}=v1,v2,v3")
-        keys = list(settings[0].params)
+        keys = list(dict.fromkeys(k for s in settings for k in s.params))  # verify=off and greedy add none
         swept = [k for k in keys if len({repr(s.params.get(k)) for s in settings}) > 1]
-        if len(swept) != 1:
+        if len(swept) > 1:
             raise UsageError(f"tune tests one swept parameter per solver in one order, and '{part}' sweeps "
                              f"{', '.join(swept)}: fix all but one, or give each value of the others its own "
                              f"'+'-part (e.g. {names[0]}:{swept[0]}=...;{swept[1]}=A+{names[0]}:{swept[0]}=...;"
                              f"{swept[1]}=B)")
-        fixed = {k: v for k, v in settings[0].params.items() if k != swept[0]}
+        key = swept[0]
+        fixed = {k: v for k, v in settings[0].params.items() if k != key}
         label = names[0] + (":" + ",".join(f"{k}={v}" for k, v in fixed.items()) if fixed else "")
-        families.append({"family": label, "solver": names[0], "swept": swept[0],
-                         "configs": [s.label for s in settings], "values": [str(s.params[swept[0]]) for s in settings],
+        families.append({"family": label, "solver": names[0], "swept": key, "configs": [s.label for s in settings],
+                         "values": [str(s.params.get(key, ABSENT.get(key, "-"))) for s in settings],
                          "specs": [config_spec(s.name, s.params) for s in settings]})
     if not families:
         raise UsageError("tune needs at least one solver sweep in --solver, e.g. "

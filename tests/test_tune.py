@@ -111,6 +111,7 @@ def test_certify_orders_by_the_ordering_examples_stops_at_the_first_failure_and_
     assert read_tune(tmp_path)["results"][0]["pick"] == "fam:x=b"
     table = (tmp_path / "tune.md").read_text()
     assert "| t | fam | x=b | 2 of 4, p = 0.0692 | 1/20 | 1/5 = 20.0% [" in table
+    assert "| solver | t |\n|---|---|\n| fam | x=b: 20.0% / 4.00x |" in table  # side by side
     assert (tmp_path / "tune.png").stat().st_size > 10_000
     assert expand_tuned(f"ntp+@{tmp_path}") == "ntp+fam:x=b"
     assert expand_tuned(f"@{tmp_path}:t") == "fam:x=b"

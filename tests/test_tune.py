@@ -211,7 +211,7 @@ def tuned(tmp_path_factory):
 
 def test_a_tune_on_the_shipped_model(tuned, capsys):
     state = read_tune(tuned)
-    assert state["complete"] and state["tasks"] == ["tag"]
+    assert state["complete"] and state["tasks"] == ["tag"] and state["provenance"]["model_path"] == "models/sbd-tiny"
     eb, fixed = state["results"]
     assert eb["pick"] == "entropy_bounded:gamma=0.35,proxy=entropy" and eb["certified"] == 2
     assert eb["held_out"]["losses"] == 0 and eb["held_out"]["speed_factor_nfe"] == pytest.approx(3.0)

@@ -203,6 +203,19 @@ def read_tune(folder: Path) -> dict:
     return state
 
 
+PROVENANCE_KEYS = ("git_commit", "git_dirty", "model_path", "model_hash", "device", "device_name", "cpu", "dtype",
+                   "threads", "exact", "python", "torch", "transformers", "started")
+
+
+def calibration_provenance(folder: Path) -> dict:
+    """What decoded the calibration run (its summary's provenance, the figures that identify it), so that
+    tune.json alone says which model and code its certificate is about."""
+    from .records import read_summary
+
+    provenance = read_summary(Path(folder) / CALIBRATION).get("provenance") or {}
+    return {key: provenance.get(key) for key in PROVENANCE_KEYS}
+
+
 def expand_tuned(spec: str) -> str:
     """``spec`` with each ``@TUNE_DIR`` part (``+``-separated) replaced by the settings that tune picked
     there (every task's picks), and each ``@TUNE_DIR:TASK`` by that task's."""
@@ -319,6 +332,8 @@ def table_text(state: dict) -> str:
              f"threshold'). Per task and solver; a different task or model needs its own calibration.", "",
              f"Examples per task: {sizes['order']} to order the settings, {sizes['calibration']} to calibrate, "
              f"{sizes['held_out']} held out (drawn by a hash of the example id, split seed {state['split_seed']}).",
+             "", "Decoded by: " + ", ".join(f"{key} {value}" for key, value in (state.get("provenance") or {}).items()
+                                            if value is not None),
              "", "## Side by side", "",
              "Each solver at its pick; cells: setting: held-out loss (%) / speed factor from NFE on the held-out "
              "examples.", "", markdown(*side_by_side(state)), "",

@@ -34,7 +34,7 @@ from ..analysis.ltt import check_levels, min_examples
 from ..analysis.records import (SAMPLES, SUMMARY, RunFolderLock, prepare_output_folder, read_records, read_summary,
                                 remove_empty_folders)
 from ..analysis.tuning import (CALIBRATION, HELD_OUT, TUNE_FILE, TUNE_SCHEMA_VERSION, TuneFolderError, add_held_out,
-                               certify, config_spec, read_tune, split_examples, write_tune)
+                               calibration_provenance, certify, config_spec, read_tune, split_examples, write_tune)
 from ..registry import parse_solver_spec, solver_registry
 from ..tasks import JsonlTask, task_options
 from ..types import Sampling, SamplingError, Task, UsageError
@@ -207,6 +207,7 @@ def _tune_locked(cfg: TuneConfig, out: Path, state: dict, tasks: list[Task], spl
     progress.message(f"tune: calibration, {len(families)} solver(s) and NTP on {len(tasks)} task(s), "
                      f"{cfg.order_examples} + {cfg.calibration} examples each, into {out / CALIBRATION}")
     summaries = [_part(cfg, out / CALIBRATION, cfg.run.tasks, cfg.run.solvers, ids, progress)]
+    state["provenance"] = calibration_provenance(out)
     state["results"] = certify(state, read_records(out / CALIBRATION / SAMPLES))
     write_tune(out, state, plot=False)  # the picks are recorded before anything more is decoded
     held = {}
@@ -247,6 +248,7 @@ def resume_tune(folder: Path, progress: Progress | None = None, command: str = "
     folder = Path(folder)
     state = read_tune(folder)
     if state.get("complete"):  # nothing to decode; the files are written again from the records
+        state["provenance"] = calibration_provenance(folder)
         state["results"] = certify(state, read_records(folder / CALIBRATION / SAMPLES))
         add_held_out(state, {task: read_records(folder / HELD_OUT / task / SAMPLES) for task in state["tasks"]
                              if (folder / HELD_OUT / task / SAMPLES).exists()})

@@ -21,7 +21,7 @@ import sys
 import time
 from collections import Counter
 
-from .runner.options import add_decode_options
+from .runner.options import add_decode_options, add_tune_options
 from .types import UsageError
 
 EXIT_OK = 0
@@ -96,6 +96,7 @@ def cmd_run(args) -> int:
 
     from .analysis.metrics import ntp_mismatch_warning
     from .analysis.records import read_records
+    from .analysis.tuning import expand_tuned
     from .core.model import pick_device, resolve_model_path
     from .runner import distributed
     from .runner.harness import RunConfig, resume, resume_command, run
@@ -118,7 +119,7 @@ def cmd_run(args) -> int:
         if distributed.launched() and not args.out:
             raise UsageError("under torchrun pass --out DIR: every rank must name the same run folder")
         out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
-        cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=args.solver, out=out,
+        cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=expand_tuned(args.solver), out=out,
                         block_size=args.block_size, max_new_tokens=args.max_new_tokens, limit=args.limit,
                         max_block_forwards=args.max_block_forwards,
                         seed=args.seed, plugins=args.plugins, device=args.device, dtype=args.dtype,
@@ -169,6 +170,63 @@ def _trace_count(value: str) -> int | None:
     except ValueError:
         raise UsageError(f"--trace {value!r} must be a count of examples per task or 'all' (--trace alone: every "
                          f"sample; --trace 0: none)") from None
+
+
+def cmd_tune(args) -> int:
+    """`tune` (runner/tune.py): the calibration and held-out runs with the progress bar of `run`, the
+    picks table on stderr, one JSON line on stdout."""
+    from pathlib import Path
+
+    from .analysis.tuning import read_tune, stderr_lines
+    from .core.model import pick_device, resolve_model_path
+    from .runner import distributed
+    from .runner.harness import RunConfig
+    from .runner.tune import TuneConfig, resume_tune, summary_line, tune, tune_resume_command
+    from .tasks import expand_tasks
+
+    if distributed.launched():
+        raise UsageError("tune runs in one process: start it without torchrun")
+    progress = ProgressBar()
+    if args.resume:
+        ignored = sorted(typed_options(args.argv, args) - {"command", "resume"})
+        if ignored:
+            raise UsageError(f"--resume finishes a tune with the settings it was started with: drop "
+                             f"{', '.join(_as_typed(name, args.argv) for name in ignored)}")
+        out = Path(args.resume)
+    else:
+        if not args.solver:
+            raise UsageError("tune needs --solver: one sweep per solver joined by '+', e.g. "
+                             "--solver \"entropy_bounded:gamma=0.01,0.1,0.35+confidence:tau=0.95,0.9\"")
+        out = Path(args.out or f"runs/tune-{time.strftime('%Y%m%d-%H%M%S')}")
+        run_cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=args.solver, out=out,
+                            block_size=args.block_size, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                            plugins=args.plugins, device=args.device, dtype=args.dtype, attn_implementation=args.attn,
+                            command=args.command_line, repeats=args.repeats, warmup=args.warmup,
+                            cost_curve=not args.no_cost_curve, report=not args.no_report, threads=args.threads,
+                            chat_template=args.chat_template, thinking={"on": True, "off": False}.get(args.thinking),
+                            batch_size=args.batch_size, fast=args.fast, compile=args.compile,
+                            temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, samples=args.samples,
+                            exact=args.exact, max_block_forwards=args.max_block_forwards, trace=0)
+        cfg = TuneConfig(run=run_cfg, max_loss=args.max_loss, delta=args.delta, calibration=args.calibration,
+                         held_out=args.held_out, order_examples=args.order_examples, split_seed=args.split_seed)
+        resolve_model_path(args.model)
+        pick_device(args.device)
+    try:
+        folder = resume_tune(out, progress, args.command_line) if args.resume else tune(cfg, progress)
+    except KeyboardInterrupt:
+        progress.close()
+        if (out / "tune.json").exists():
+            print(f"\ninterrupted: everything decoded so far is kept in {out}; finish the tune with\n"
+                  f"  {tune_resume_command(out)}", file=sys.stderr)
+        else:
+            print(f"\ninterrupted before {out} held a tune: there is nothing to resume; start it again", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    state = read_tune(folder)
+    for line in stderr_lines(state) if state.get("results") else []:
+        print(line, file=sys.stderr)
+    line = summary_line(state, folder)
+    print(json.dumps(line))
+    return EXIT_OK if line["complete"] and not line["failures"] else EXIT_FAILED_SAMPLES
 
 
 def _interrupted(out, progress: ProgressBar) -> int:
@@ -334,7 +392,8 @@ def build_parser(defaults: dict | None = None) -> argparse.ArgumentParser:
     add_decode_options(run_p)
     run_p.add_argument("--solver", default="all",
                        help="'all', a name, a comma list, sweeps 'entropy_bounded:gamma=0.1,0.35;proxy=margin', "
-                            "several joined by '+' (ntp is always added as the baseline)")
+                            "several joined by '+' (ntp is always added as the baseline); @TUNE_DIR: the settings "
+                            "`tune` picked there (@TUNE_DIR:TASK: that task's)")
     run_p.add_argument("--task", default="suite",
                        help="task names, 'suite' or JSONL files, comma separated; benchmarks read a local file: "
                             "gsm8k:path=FILE (see 'list')")
@@ -365,6 +424,32 @@ def build_parser(defaults: dict | None = None) -> argparse.ArgumentParser:
                             "examples of each task, decoded again untimed (default 2; --trace alone: every sample; "
                             "0: none)")
     run_p.set_defaults(func=cmd_run)
+
+    tune_p = sub.add_parser("tune", help="each solver at its fastest setting whose accuracy loss against NTP is "
+                                         "certified below --max-loss (Learn then Test), checked on held-out examples",
+                            epilog="exit status: 0 done; 1 some samples failed; 2 bad input, nothing decoded; "
+                                   "130 interrupted (the resume command is printed)")
+    add_decode_options(tune_p)
+    add_tune_options(tune_p)
+    tune_p.add_argument("--solver", default=None,
+                        help="one sweep per solver, joined by '+': 'entropy_bounded:gamma=0.01,0.1,0.35+confidence:"
+                             "tau=0.95,0.9' (ntp is the baseline, always decoded)")
+    tune_p.add_argument("--task", default="suite",
+                        help="as for run; each task needs --order-examples + --calibration + --held-out examples "
+                             "(the synthetic tasks draw more with n_test: suite:n_test=520)")
+    tune_p.add_argument("--out", default=None, help="tune folder (default: runs/tune-DATE-TIME)")
+    tune_p.add_argument("--resume", metavar="TUNE_DIR", default=None,
+                        help="finish an interrupted tune with the settings it was started with (alone)")
+    tune_p.add_argument("--chat-template", action="store_true", help="as for run")
+    tune_p.add_argument("--thinking", choices=["on", "off"], default=None, help="as for run")
+    tune_p.add_argument("--attn", default="sdpa", help="as for run")
+    tune_p.add_argument("--batch-size", type=int, default=1, help="as for run")
+    tune_p.add_argument("--repeats", type=int, default=1, help="as for run")
+    tune_p.add_argument("--warmup", type=int, default=1, help="as for run")
+    tune_p.add_argument("--samples", type=int, default=1, help="refused above 1: one 0/1 loss per example")
+    tune_p.add_argument("--no-cost-curve", action="store_true", help="as for run")
+    tune_p.add_argument("--no-report", action="store_true", help="skip each part's report.md and plots")
+    tune_p.set_defaults(func=cmd_tune)
 
     list_p = sub.add_parser("list", help="list solvers (with parameters and defaults) and tasks")
     list_p.add_argument("--plugins", action="append", default=[], metavar="DIR",

@@ -10,6 +10,10 @@ out="${1:-runs/lossless}"
 shift || true
 solvers="ntp+entropy_bounded:verify=on,off+entropy_bounded:gamma=0,1;verify=on+fixed_k:k=16;verify=on,off"
 solvers="$solvers+fixed_k:k=4;verify=on+confidence:verify=on+factor:verify=on+left_to_right:verify=on"
+# the ported samplers: one that reads the previous forward, one that revokes (at its default, and drafting wide
+# with a strict shadow, which revokes), the schedule, the margin and position rules
+solvers="$solvers+klass:verify=on+wino:verify=on+wino:tau_in=0;tau_out=1;verify=on+dilated:verify=on+margin:verify=on"
+solvers="$solvers+pc_sampler:n=2;verify=on"
 rm -rf "$out"
 python -m sbd_bench run --model sbd-tiny --task suite --solver "$solvers" --threads 1 --out "$out" "$@"
 python - "$out" <<'EOF'

@@ -122,6 +122,10 @@ CASES = {
     "a spec's top_p > 1": ("run --solver ntp:temperature=1;top_p=2 --out {root}/r2", "ntp: top_p must be in (0, 1]"),
     "throughput --temperature -1": ("throughput --temperature -1 --out {root}/tp.json",
                                     "--temperature must be a number >= 0"),
+    "tune --max-loss 1": ("tune --solver entropy_bounded:gamma=0.1,0.35 --max-loss 1", "--max-loss must lie strictly "
+                                                                                      "between 0 and 1 (got 1.0)"),
+    "tune, a task too small for the split": ("tune --solver entropy_bounded:gamma=0.1,0.35 --task arith",
+                                             "tune needs 520 examples of task arith"),
 }
 for _field, _value in (("nfe", '"many"'), ("tokens", "null"), ("correct", '"yes"'), ("accepted_per_block", '"all"')):
     _where = f"samples.jsonl:3: field '{_field}' is {_value}"

@@ -52,6 +52,12 @@ def test_the_layering_holds():
     # sympy loaded by the run's own process, outside math-verify's worker
     ("sbd_bench/tasks/scoring.py", "from fractions import Fraction\n", "import sympy  # noqa\n",
      "Only the math-verify worker loads"),
+    # the run machinery learns of tune (tune uses the harness, never the other way)
+    ("sbd_bench/runner/harness.py", "from .batches import batched_records, warm_up_batches\n",
+     "from . import tune  # noqa\n", "Run machinery: tune"),
+    # tune's statistics reach for the records
+    ("sbd_bench/analysis/ltt.py", "import numpy as np\n", "from . import metrics  # noqa\n",
+     "The statistics of tune"),
     # a solver reaching past the contract
     ("solvers/fixed_k.py", "from typing import ClassVar\n", "from sbd_bench.core import decoding  # noqa\n",
      "Solvers see the contract"),

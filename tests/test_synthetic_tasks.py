@@ -86,3 +86,22 @@ def test_tag_train_split_shows_several_names_per_prompt():
     for ex in task.examples("train"):
         names.setdefault(ex.prompt, set()).add(ex.answer)
     assert max(len(v) for v in names.values()) >= 2
+
+
+def test_n_test_draws_more_test_examples_that_start_with_the_default_ones():
+    """`arith:n_test=520` (tune's calibration and held-out examples): the same first 40, then more
+    distinct prompts of the same stream, none of them in the train split; `suite:...` gives every task
+    the option; a bad value is one TaskError naming the fix."""
+    from sbd_bench.tasks import TaskError
+
+    default, more = load_task("arith"), load_task("arith:n_test=200")
+    assert more.examples("test")[:40] == default.examples("test") and len(more.examples("test")) == 200
+    assert len({e.prompt for e in more.examples("test")}) == 200
+    more.n_train = 2000
+    assert not {e.prompt for e in more.examples("test")} & {e.prompt for e in more.examples("train")}
+    assert expand_tasks("suite:n_test=200") == [f"{name}:n_test=200" for name in SUITE]
+    assert len(load_task("tag:n_test=900").examples("test")) == 900  # every prompt tag can make
+    for spec, message in [("tag:n_test=901", "n_test <= 900"), ("arith:n_test=0", "integer >= 1"),
+                          ("reverse:n_test=many", "integer >= 1"), ("record:seed=-1", "integer >= 0")]:
+        with pytest.raises(TaskError, match=message):
+            load_task(spec)

@@ -130,10 +130,26 @@ def _sigterm_as_interrupt():
         yield
 
 
+def run_examples(cfg: RunConfig, task: Task) -> list[Example]:
+    """The examples of ``task`` the run decodes: its test split up to --limit, or the ids chosen in
+    ``cfg.example_ids`` (tune's calibration and held-out parts), in the split's order."""
+    examples = task.examples("test")
+    if cfg.example_ids is None:
+        return examples[: cfg.limit]
+    wanted = {str(i) for i in cfg.example_ids.get(task.name, [])}
+    chosen = [e for e in examples if str(e.id) in wanted]
+    if len(chosen) < len(wanted):
+        missing = sorted(wanted - {str(e.id) for e in chosen})
+        raise UsageError(f"task '{task.name}' has no example with id {', '.join(missing[:3])}"
+                         f"{' ...' if len(missing) > 3 else ''}: its examples changed since the ids were chosen; "
+                         f"choose them again (a new tune)")
+    return chosen
+
+
 def plan_work(cfg: RunConfig, tasks: list[Task], lm: LoadedModel) -> list[tuple[Task, Example, list[int]]]:
     work = []
     for task in tasks:
-        examples = task.examples("test")[: cfg.limit]
+        examples = run_examples(cfg, task)
         if not examples:
             raise UsageError(f"task '{task.name}' has no examples")
         for example in examples:
@@ -156,7 +172,7 @@ MAX_PLANNED_SAMPLES = 1_000_000
 
 def check_plan_size(cfg: RunConfig, tasks: list[Task], solvers: list[Solver]) -> None:
     """Refuse, before the model loads, a run that plans more samples than one run folder can hold."""
-    examples = sum(len(task.examples("test")[: cfg.limit]) for task in tasks)
+    examples = sum(len(run_examples(cfg, task)) for task in tasks)
     planned = examples * len(solvers) * cfg.samples * cfg.repeats
     if planned <= MAX_PLANNED_SAMPLES:
         return

@@ -1,5 +1,5 @@
-"""Command-line options of the commands that decode (`run` and `throughput`), declared once, so that
-their names, defaults and help cannot drift apart. Only argparse here: `--help` stays fast."""
+"""Command-line options of the commands that decode (`run`, `tune` and `throughput`), declared once, so
+that their names, defaults and help cannot drift apart. Only argparse here: `--help` stays fast."""
 from __future__ import annotations
 
 import argparse
@@ -37,3 +37,19 @@ def add_decode_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: 1 for a model under 100M parameters on the CPU, else the "
                              "cores the machine's load leaves free; recorded)")
+
+
+def add_tune_options(parser: argparse.ArgumentParser) -> None:
+    """`tune`'s own: the certificate's levels and the split of each task's examples."""
+    parser.add_argument("--max-loss", type=float, default=0.02, metavar="EPS",
+                        help="ε: certify settings whose accuracy loss against NTP (the share of examples NTP gets right "
+                             "and the setting wrong) is at most this")
+    parser.add_argument("--delta", type=float, default=0.1,
+                        help="δ: the certificate may be wrong with at most this probability (over the calibration draw)")
+    parser.add_argument("--calibration", type=int, default=300,
+                        help="examples per task the settings are tested on (at least ln δ / ln(1 - ε): 114 at the defaults)")
+    parser.add_argument("--held-out", type=int, default=200, help="examples per task the picks are checked on")
+    parser.add_argument("--order-examples", type=int, default=20,
+                        help="examples per task whose mean NFE orders each solver's settings before testing (most "
+                             "forwards first); 0: test them in the order given in --solver")
+    parser.add_argument("--split-seed", type=int, default=0, help="seed of the split of each task's examples by id")

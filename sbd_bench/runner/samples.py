@@ -64,12 +64,15 @@ class RunConfig:
     pass_k: int | None = None  # the k of pass@k (None: N)
     exact: bool = False  # every row computed alone (core/exact.py); a different configuration for compare
     trace: int | None = 2  # traces.jsonl: the first N examples of each task (repeat 0, sample 0); None: every sample
+    example_ids: dict[str, list[str]] | None = None  # task name -> the ids to decode (tune's splits); None: all
 
     def __post_init__(self):
         if not 0 <= self.seed < 2 ** 64:  # torch's seed range (it raises an overflow error past it)
             raise UsageError(f"--seed must be between 0 and 2**64 - 1 = {2 ** 64 - 1} (got {self.seed})")
         if self.block_size < 1:
             raise UsageError(f"--block-size must be >= 1 (got {self.block_size})")
+        if self.example_ids is not None and self.limit is not None:
+            raise UsageError("--limit and chosen example ids do not mix: the ids already say which examples run")
         if self.limit is not None and self.limit < 1:
             raise UsageError(f"--limit must be >= 1 (got {self.limit})")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:

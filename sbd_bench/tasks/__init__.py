@@ -37,14 +37,16 @@ def task_registry() -> dict[str, type[Task]]:
 
 
 def expand_tasks(spec: str) -> list[str]:
-    """Comma list of task names or JSONL paths; 'suite' is every built-in synthetic task."""
+    """Comma list of task names or JSONL paths; 'suite' is every built-in synthetic task, and
+    'suite:key=value' each of them with that option ('suite:n_test=520')."""
     names: list[str] = []
     for item in filter(None, (s.strip() for s in spec.split(","))):
-        if item == "suite":
+        head, colon, options = item.partition(":")
+        if head == "suite":
             suite = [name for name, cls in _TASKS.items() if cls.suite]
             if not suite:
                 raise UsageError("no built-in synthetic suite is installed: name a task or a JSONL file with --task")
-            names += suite
+            names += [f"{name}{colon}{options}" for name in suite]
         else:
             names.append(item)
     if not names:

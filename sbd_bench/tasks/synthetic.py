@@ -12,7 +12,8 @@ verifier, spanning the regimes where parallel decoding behaves differently.
     >>> task.score(ex, "abc 6230 ABC"), task.score(ex, "abc 6230 ABD")
     (True, False)
 
-Splits: the test split is the first ``n_test`` distinct prompts of one seeded stream; the train
+Splits: the test split is the first ``n_test`` distinct prompts of one seeded stream (40 unless the
+task option asks for more: ``arith:n_test=520``; a larger one starts with the same 40); the train
 split comes from another stream with every test prompt removed, so the two never share a prompt
 (a train prompt may repeat: for ``tag`` that shows the model several valid names per prompt).
 ``answer`` is the reference completion (for ``tag``, one valid choice among many; training uses it).
@@ -25,17 +26,22 @@ import re
 import string
 
 from ..types import Example, Task
-from . import register_task
+from . import TaskError, register_task
 
 LOWER = string.ascii_lowercase
 
 
 class SyntheticTask(Task):
     suite = True
-    n_test = 40
+    prompts: int | None = None  # how many distinct prompts the generator can make, where it is few
 
-    def __init__(self, seed: int = 0, n_train: int = 20000):
-        self.seed, self.n_train = seed, n_train
+    def __init__(self, seed: int = 0, n_train: int = 20000, n_test: int = 40):
+        # options from a task spec (``arith:n_test=520``) arrive as strings
+        self.seed, self.n_train, self.n_test = (_count(self.name, key, value, least) for key, value, least in
+                                                (("seed", seed, 0), ("n_train", n_train, 1), ("n_test", n_test, 1)))
+        if self.prompts is not None and self.n_test > self.prompts:
+            raise TaskError(f"task {self.name}: n_test={self.n_test} asks for more distinct prompts than the "
+                            f"{self.prompts} it can make: give n_test <= {self.prompts}")
         self._splits: dict[str, list[Example]] = {}
 
     def generate(self, rng: random.Random) -> tuple[str, str, dict]:
@@ -73,6 +79,17 @@ class SyntheticTask(Task):
                 seen.add(prompt)
             out.append(Example(f"{split}-{len(out)}", prompt, answer, meta))
         return out
+
+
+def _count(task: str, key: str, value, least: int) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number < least or isinstance(value, bool) or str(number) != str(value).strip():
+        example = {"seed": 1, "n_train": 20000, "n_test": 520}.get(key, least)
+        raise TaskError(f"task {task}: {key}={value} must be an integer >= {least} (e.g. {task}:{key}={example})")
+    return number
 
 
 # ----------------------------------------------------------------------------------------- arith
@@ -161,6 +178,7 @@ class Tag(SyntheticTask):
     name = "tag"
     description = "pick any 3-letter name, then repeat it in capitals (consistency, not unique)"
     max_new_tokens = 14
+    prompts = 900  # the numbers 100..999
 
     def generate(self, rng):
         number = rng.randint(100, 999)

@@ -444,8 +444,8 @@ AUDIT = {
                                        "ntp: temperature must be 0 or at least 1e-06 (got 1e-300)"),
     "--samples past what a run can hold": (f"run {BROKEN} --task arith --solver ntp --samples 99999999999999999999",
                                            "--samples 99999999999999999999 plans"),
-    "--repeats past what a run can hold": (f"run {BROKEN} --task arith,reverse --solver all --repeats 100000",
-                                           "plans 72,000,000 samples"),
+    "--repeats past what a run can hold": (f"run {BROKEN} --task arith,reverse --solver ntp+fixed_k:k=1,2,4 --repeats 100000",
+                                           "plans 32,000,000 samples (80 examples x 4 configuration(s)"),
     "throughput, two tasks": (f"throughput {BROKEN} --task arith,reverse --out {{root}}/tp.json",
                               "throughput measures one task (got 2: arith, reverse)"),
     "throughput, batch larger than the examples": (f"throughput {BROKEN} --task arith --limit 4 --batch-sizes 1,64 "

@@ -5,6 +5,7 @@ a fraction of the model call itself.
     python benchmarks/overhead.py --model sbd-tiny --block-size 16
     python benchmarks/overhead.py --random-tiny      # random weights, sbd-tiny's dimensions
     python benchmarks/overhead.py --random-dims llama-3.1-8b --device cuda --dtype bfloat16   # on a GPU
+    python benchmarks/overhead.py --model sbd-tiny --trace-ab     # the same decodes traced and not, alternating
 
 The model is wrapped so that every call is timed (device synchronised around it); the decode time of
 ``Decoder.generate`` minus the time inside model calls, per forward, is the overhead.
@@ -90,17 +91,19 @@ def random_lm(dims, device: str = "auto", dtype: str = "auto", max_positions: in
                        max_positions=max_positions, info={"num_parameters": sum(p.numel() for p in model.parameters())})
 
 
-def measure_overhead(lm, solver, prompt_ids: list[int], block_size: int, max_new_tokens: int, repeats: int = 5) -> dict:
-    """Medians over ``repeats`` decodes (after one warm-up) of the per-forward model time and overhead."""
+def measure_overhead(lm, solver, prompt_ids: list[int], block_size: int, max_new_tokens: int, repeats: int = 5,
+                     trace: bool = False) -> dict:
+    """Medians over ``repeats`` decodes (after one warm-up) of the per-forward model time and overhead;
+    ``trace``: the decodes record their per-forward trace (traces.jsonl's)."""
     from sbd_bench.core.decoding import Decoder
 
     timed = TimedModel(lm.model, lm.device)
     decoder = Decoder(dataclasses.replace(lm, model=timed), block_size=block_size, max_new_tokens=max_new_tokens)
-    decoder.generate(prompt_ids, solver)
+    decoder.generate_batch([prompt_ids], solver, trace=trace)
     model_s, overhead_s, nfe = [], [], 0
     for _ in range(repeats):
         timed.times.clear()
-        gen = decoder.generate(prompt_ids, solver)
+        gen = decoder.generate_batch([prompt_ids], solver, trace=trace)[0]
         inside = sum(timed.times[gen.prefill_forwards:])  # decode-phase model calls only
         nfe = gen.nfe
         model_s.append(inside / nfe)
@@ -123,6 +126,10 @@ def main(argv=None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--trace-ab", action="store_true",
+                        help="each configuration untraced and traced, alternating, for --rounds rounds: the overhead's "
+                             "ratio traced / untraced")
+    parser.add_argument("--rounds", type=int, default=6, help="with --trace-ab")
     args = parser.parse_args(argv)
 
     import torch
@@ -144,6 +151,18 @@ def main(argv=None) -> int:
         lm.stop_token_ids = ()  # decode the whole budget: every configuration does the same work
         print(f"model {'random ' if args.random_tiny else ''}{lm.path} {lm.dtype} ({lm.info['num_parameters'] / 1e6:.2f}M params), "
               f"{lm.device}, {torch.get_num_threads()} threads, k={args.block_size}, {args.max_new_tokens} new tokens")
+        if args.trace_ab:
+            print("| config | overhead ms/forward, untraced | traced | traced / untraced |")
+            print("|---|---|---|---|")
+            for solver in parse_solver_spec(args.solver, solver_registry()):
+                runs = {False: [], True: []}
+                for r in range(args.rounds):
+                    for trace in (False, True) if r % 2 == 0 else (True, False):
+                        runs[trace].append(measure_overhead(lm, solver, prompt, args.block_size, args.max_new_tokens,
+                                                            args.repeats, trace)["overhead_ms_per_forward"])
+                off, on = median(runs[False]), median(runs[True])
+                print(f"| {solver.label} | {off:.3f} | {on:.3f} | {on / off:.2f} |")
+            return 0
         print("| config | nfe | model ms/forward | overhead ms/forward | overhead / model call |")
         print("|---|---|---|---|---|")
         for solver in parse_solver_spec(args.solver, solver_registry()):

@@ -569,8 +569,9 @@ class Decoder:
         row in exact mode too, so that each row's call is batch 1's (core/exact.py). ``forced``: every masked
         slot is chosen, the remask dropped."""
         batch, width = block.shape
-        shadow = logits[:, width:] if logits.shape[1] > width else None  # (B, w, V) the block's shadow
-        logits = logits[:, :width]
+        shadow = None
+        if logits.shape[1] > width:  # (B, w, V) the block's shadow follows it
+            logits, shadow = logits[:, :width], logits[:, width:]
         sizes = {rows[b].size for b in working}
         if solver.deterministic and len(sizes) == 1 and not self.lm.exact:
             groups = [(working, sizes.pop(), None)]

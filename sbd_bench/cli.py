@@ -419,9 +419,9 @@ def build_parser(defaults: dict | None = None) -> argparse.ArgumentParser:
                        help="finish an interrupted run with the settings it was started with (alone: other flags are refused)")
     run_p.add_argument("--no-cost-curve", action="store_true", help="skip timing the 1, k, 2k-token forwards")
     run_p.add_argument("--no-report", action="store_true", help="skip writing report.md and the plots")
-    run_p.add_argument("--trace", nargs="?", const="all", default="2", metavar="N|all",
+    run_p.add_argument("--trace", nargs="?", const="all", default="1", metavar="N|all",
                        help="record every forward (traces.jsonl, the report's decoding timelines) of the first N "
-                            "examples of each task, decoded again untimed (default 2; --trace alone: every sample; "
+                            "examples of each task, decoded again untimed (default 1; --trace alone: every sample; "
                             "0: none)")
     run_p.set_defaults(func=cmd_run)
 

@@ -271,7 +271,8 @@ def plot_accuracy_vs_speed(rows: list[dict], path: Path):
     from matplotlib.transforms import offset_copy
 
     tasks, configs = task_order(rows), config_order(rows)
-    colors = {c: plt.get_cmap("tab10")(i % 10) for i, c in enumerate(configs)}
+    # tab20's dark hues (tab10's colours) for the first 10 configurations, its light ones for the next 10
+    colors = {c: plt.get_cmap("tab20")((2 * i + i // 10) % 20) for i, c in enumerate(configs)}
     # verified configurations (output = NTP's) as diamonds, transformers' generate baselines (prompt lookup,
     # assisted decoding; output = NTP's too) as squares; gids "verified" and "generate" let tests find them
     marker = {r["config"]: ("D", "verified") if is_verified(r) else ("s", "generate") if is_generate_baseline(r)

@@ -63,7 +63,7 @@ class RunConfig:
     samples: int = 1  # decodes of each example per configuration (N of pass@k)
     pass_k: int | None = None  # the k of pass@k (None: N)
     exact: bool = False  # every row computed alone (core/exact.py); a different configuration for compare
-    trace: int | None = 2  # traces.jsonl: the first N examples of each task (repeat 0, sample 0); None: every sample
+    trace: int | None = 1  # traces.jsonl: the first N examples of each task (repeat 0, sample 0); None: every sample
     example_ids: dict[str, list[str]] | None = None  # task name -> the ids to decode (tune's splits); None: all
 
     def __post_init__(self):

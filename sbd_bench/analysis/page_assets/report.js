@@ -8,7 +8,7 @@
   const state = { task: 0, speed: "nfe", sort: null, page: 0, filter: "all" };
   // Paul Tol's "bright" and "muted" schemes: distinct for colour-blind readers too
   const PALETTE = ["#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#997700", "#332288",
-    "#44AA99", "#882255", "#117733", "#DDCC77", "#88CCEE", "#CC6677", "#999933", "#BBBBBB"];
+    "#44AA99", "#882255", "#EE7733", "#8C564B", "#88CCEE", "#CC6677", "#999933", "#BBBBBB"];
   const SVG_NS = "http://www.w3.org/2000/svg";
   const taskName = () => data.tasks[state.task];
   const configColor = (i) => PALETTE[i % PALETTE.length];

@@ -106,10 +106,10 @@ def test_run_batch_size_gives_the_batch_one_records(model_dir, tmp_path):
 def test_out_of_memory_halves_the_batch_and_goes_on(model_dir, tmp_path, monkeypatch, capsys):
     original = Decoder.generate_batch
 
-    def small_memory(self, prompts, solver):  # a device that holds at most 2 sequences at once
+    def small_memory(self, prompts, solver, *args, **kwargs):  # a device that holds at most 2 sequences at once
         if len(prompts) > 2:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return original(self, prompts, solver)
+        return original(self, prompts, solver, *args, **kwargs)
 
     monkeypatch.setattr(Decoder, "generate_batch", small_memory)
     task = _task_file(tmp_path / "mini.jsonl")

@@ -193,7 +193,7 @@ def test_every_row_shows_summary_json_figures(driver, baseline_page):
                 assert (None if value == "" else json.loads(value)) == row.get(key), (task, row["config"], key)
                 assert written == text(row.get(key)), (task, row["config"], key)
             seen += 1
-    assert seen == len(summary["rows"]) == 36
+    assert seen == len(summary["rows"]) >= 36  # every row of the committed baseline (56 and more)
     assert browser.console_errors(driver) == []
 
 
@@ -224,7 +224,9 @@ def test_hovering_a_point_names_its_configuration(driver, baseline_page):
     fronts = page.page_data("baseline", {}, [], rows, [])["fronts"]
     tooltip = css(driver, "#tooltip")[0]
     assert not tooltip.is_displayed()
-    for speed, config in (("nfe", "fixed_k:k=2"), ("nfe", "confidence:tau=0.9"), ("wall", "factor:f=1.0")):
+    # points that no other configuration covers on arith (the tooltip of covered ones lists the others too)
+    for speed, config in (("nfe", "fixed_k:k=2"), ("nfe", "confidence:tau=0.9"),
+                          ("wall", "entropy_bounded:gamma=0.35,proxy=entropy")):
         css(driver, f'#plot button[data-speed="{speed}"]')[0].click()
         point = css(driver, f'#plot-area .point[data-config="{config}"]')[0]
         driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", point)

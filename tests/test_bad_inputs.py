@@ -242,6 +242,11 @@ REFUSED = {
                                   "--seed must be between 0 and 2**64 - 1"),
     "a spec key given twice": ("run --model {broken_model} --solver entropy_bounded:gamma=0.1;gamma=0.5",
                                "entropy_bounded: parameter 'gamma' is given twice"),
+    "--max-block-forwards below the block size": ("run --model {broken_model} --block-size 8 --max-block-forwards 7",
+                                                  "--max-block-forwards must be at least the block size 8 (got 7)"),
+    "tune --max-block-forwards below the block size": (
+        "tune --model {broken_model} --block-size 4 --max-block-forwards 3 --solver fixed_k:k=1,2 --task arith",
+        "--max-block-forwards must be at least the block size 4 (got 3)"),
     "an integer parameter past int64": ("run --model {broken_model} --solver fixed_k:k=99999999999999999999",
                                         "fixed_k: k=99999999999999999999 is out of range"),
     "--resume with other flags": ("run --resume {run} --sol ntp --task reverse --limit 1 --no-fast",

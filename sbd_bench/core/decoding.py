@@ -70,6 +70,14 @@ class DecodeError(UsageError):
     """A prompt or setting the core cannot decode; the message says what to change."""
 
 
+def check_max_block_forwards(block_size: int, max_block_forwards: int | None) -> None:
+    """The bound of a block's forwards (None: the default, 2 x block size) leaves a block its k forwards."""
+    if max_block_forwards is not None and max_block_forwards < block_size:
+        raise DecodeError(f"--max-block-forwards must be at least the block size {block_size} (got {max_block_forwards}): "
+                          f"every solver reveals at least one position per forward, so {block_size} forwards finish a "
+                          f"block unless it revokes; the bound is for solvers that revoke")
+
+
 class SolverContractError(RuntimeError):
     """A solver returned a reveal set that breaks the contract in types.Solver.select."""
 
@@ -171,12 +179,8 @@ class Decoder:
             raise DecodeError(f"--block-size must be >= 1 (got {block_size})")
         if max_new_tokens < 1:
             raise DecodeError(f"--max-new-tokens must be >= 1 (got {max_new_tokens})")
+        check_max_block_forwards(block_size, max_block_forwards)
         max_block_forwards = 2 * block_size if max_block_forwards is None else max_block_forwards
-        if max_block_forwards < block_size:
-            raise DecodeError(f"--max-block-forwards must be at least the block size {block_size} (got "
-                              f"{max_block_forwards}): a solver reveals at least one position per forward, so "
-                              f"{block_size} forwards always finish a block unless it revokes; the bound is for "
-                              f"solvers that revoke")
         self.lm, self.block_size, self.max_new_tokens = lm, block_size, max_new_tokens
         self.max_block_forwards = max_block_forwards
         self.context = lm.max_positions or 1 << 62  # positions the model takes (none given: no limit)

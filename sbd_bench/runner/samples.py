@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..core.decoding import BrokenModelError, Decoder
+from ..core.decoding import BrokenModelError, Decoder, check_max_block_forwards
 from ..core.model import LoadedModel
 from ..types import Example, Sampling, SamplingError, Solver, Task, UsageError, sampling_problem
 from .memory import MemoryMonitor
@@ -77,11 +77,7 @@ class RunConfig:
             raise UsageError(f"--limit must be >= 1 (got {self.limit})")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise UsageError(f"--max-new-tokens must be >= 1 (got {self.max_new_tokens})")
-        if self.max_block_forwards is not None and self.max_block_forwards < self.block_size:
-            raise UsageError(f"--max-block-forwards must be at least --block-size {self.block_size} (got "
-                             f"{self.max_block_forwards}): every solver reveals at least one position per forward, so "
-                             f"{self.block_size} forwards finish a block unless it revokes; the bound is for solvers "
-                             f"that revoke")
+        check_max_block_forwards(self.block_size, self.max_block_forwards)
         if self.repeats < 1:
             raise UsageError(f"--repeats must be >= 1 (got {self.repeats})")
         if self.threads is not None and self.threads < 1:

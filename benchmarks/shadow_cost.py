@@ -22,7 +22,8 @@ if str(ROOT) not in sys.path:
 def measure(lm, block_size: int, context: int, rounds: int) -> dict:
     import torch
 
-    from sbd_bench.core.decoding import Decoder, _clock
+    from sbd_bench.core.decoding import Decoder
+    from sbd_bench.core.model import device_clock
 
     decoder = Decoder(lm, block_size=block_size)
     cache = decoder.new_cache(1, context + 2 * block_size)
@@ -37,9 +38,9 @@ def measure(lm, block_size: int, context: int, rounds: int) -> dict:
             decoder.block_step(none, block, context, cache, shadow=shadow)
     for _ in range(rounds):
         for shadow in (False, True):
-            start = _clock(lm.device)
+            start = device_clock(lm.device)
             decoder.block_step(none, block, context, cache, shadow=shadow)
-            times[shadow].append(_clock(lm.device) - start)
+            times[shadow].append(device_clock(lm.device) - start)
     plain, shadowed = median(times[False]) * 1e3, median(times[True]) * 1e3
     return {"block_size": block_size, "context": context, "ms_block": round(plain, 4),
             "ms_block_with_shadow": round(shadowed, 4), "ratio": round(shadowed / plain, 3),

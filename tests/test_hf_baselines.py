@@ -175,6 +175,11 @@ def test_assisted_counts_by_hand(tiny_path, monkeypatch):
     assert (gen.drafted_per_block, gen.accepted_per_block, gen.replaced_per_block) == ([3, 3, 3, 2], [3, 0, 3, 2],
                                                                                       [0, 1, 0, 0])
     assert gen.draft_forwards == 11
+    # the shared draft's own generation_config is as it was: tokens=3 held for that call only
+    before = draft.model.generation_config.num_assistant_tokens
+    two = Decoder(lm, max_new_tokens=40).generate(prompt, _spec("hf_assisted:draft=scripted;tokens=2")[1])
+    assert before != 3 and max(two.drafted_per_block) == 2 and two.output_ids == ntp.output_ids
+    assert draft.model.generation_config.num_assistant_tokens == before
 
 
 # ------------------------------------------------------------------------------------ the shipped model

@@ -50,7 +50,6 @@ from logits in ``next_tokens`` (NTP's) and ``_choose`` (a block's), drafts judge
 """
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -61,7 +60,7 @@ from .cache import KVCache, StaticKVCache
 from .fastpath import FastPath, keeps_logits
 from .hf_generate import generate_with_transformers
 from .masks import Pattern
-from .model import LoadedModel
+from .model import LoadedModel, device_clock
 from .sampling import (DrawStream, draw, probabilities, speculative_verify, to_device, uniform_rows,
                        verifiable_drafts)
 
@@ -339,9 +338,9 @@ class Decoder:
         pad_id = getattr(self.lm.tokenizer, "pad_token_id", None) or 0
         ids = torch.tensor([[pad_id] * r.pad + p for r, p in zip(rows, prompts)], dtype=torch.long, device=device)
         cache = self.new_cache(len(rows), longest + max(r.budget for r in rows) + 2 * k)
-        t0 = _clock(device)
+        t0 = device_clock(device)
         self.prefill(ids[:, :-1], cache, [r.pad for r in rows])  # 1. prefill all but the last prompt token
-        t1 = _clock(device)
+        t1 = device_clock(device)
         try:
             if solver.decodes_blocks and solver.verify:  # 2. decode
                 self._decode_verified(rows, ids[:, -1].tolist(), solver, cache)
@@ -354,7 +353,7 @@ class Decoder:
             raise
         except _NonFiniteLogits:
             raise broken_model(self.lm, f"forward {self.counters.nfe} of {solver.label}") from None
-        t2 = _clock(device)
+        t2 = device_clock(device)
         batch = len(rows)
         if trace:
             self._finish_traces(rows)
@@ -885,9 +884,3 @@ def to_host(*tensors: torch.Tensor) -> list[list[list]]:
         parts.append([[bool(v) for v in row] for row in part] if t.dtype == torch.bool else part)
         at += t.shape[-1]
     return parts
-
-
-def _clock(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()

@@ -25,12 +25,12 @@ core's would be. HF's assisted decoding takes one sequence at a time: a batch is
 """
 from __future__ import annotations
 
-import time
+import copy
 
 import torch
 
 from ..types import Generation, UsageError, generate_baseline
-from .model import DTYPES, LoadedModel, ModelError, load_model, resolve_model_path
+from .model import DTYPES, LoadedModel, ModelError, device_clock, load_model, resolve_model_path
 
 # options that HF reads from the draft model's generation_config, not from generate's arguments
 DRAFT_CONFIG_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
@@ -123,7 +123,10 @@ def generate_with_transformers(decoder, prompt_ids: list[int], solver, seed: int
     budget = min(decoder.max_new_tokens, decoder.context - len(prompt_ids))
     options = baseline.generate_options()
     draft = load_draft(lm, baseline.draft_model) if baseline.draft_model else None
-    if draft is not None:  # HF reads these from the draft's own generation_config
+    draft_config = None
+    if draft is not None:  # HF reads these from the draft's own generation_config: set for this call only (the
+        draft_config = draft.model.generation_config  # draft is shared by every configuration that names it)
+        draft.model.generation_config = copy.deepcopy(draft_config)
         for key in DRAFT_CONFIG_KEYS:
             if key in options:
                 setattr(draft.model.generation_config, key, options.pop(key))
@@ -140,15 +143,17 @@ def generate_with_transformers(decoder, prompt_ids: list[int], solver, seed: int
     try:
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
             torch.manual_seed(seed)
-            t0 = _clock(lm.device)
+            t0 = device_clock(lm.device)
             sequence = lm.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **assistant,
                                          stopping_criteria=[_stopping_criterion(decoder, len(prompt_ids), budget)])
-            t1 = _clock(lm.device)
+            t1 = device_clock(lm.device)
     finally:
         hf_logging.set_verbosity(verbosity)
         target.remove()
         if drafter is not None:
             drafter.remove()
+        if draft_config is not None:
+            draft.model.generation_config = draft_config
     out = sequence[0, len(prompt_ids):].tolist()
     drafted, accepted, replaced, committed = _per_forward(target.calls, len(prompt_ids), out)
     cut, reason = decoder._stop(out, len(out), budget)
@@ -182,9 +187,3 @@ def _per_forward(calls: list[tuple[int, list[int]]], prompt_len: int, out: list[
         replaced.append(int(agree < min(len(drafts), len(made))))
         committed.append(end - known)
     return drafted, accepted, replaced, committed
-
-
-def _clock(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,6 +89,13 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def device_clock(device: torch.device) -> float:
+    """perf_counter once the device's queued work is done (CUDA runs asynchronously): decode timings'."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 def device_name(device: torch.device) -> str:

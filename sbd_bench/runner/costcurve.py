@@ -11,7 +11,8 @@ from statistics import median
 
 import torch
 
-from ..core.decoding import Decoder, _clock
+from ..core.decoding import Decoder
+from ..core.model import device_clock
 from ..core.masks import Pattern
 
 
@@ -40,9 +41,9 @@ def measure_cost_curve(lm, block_size: int, context: int, reps: int = 30, warmup
         for q, n_causal in shapes.items():
             ids = torch.randint(0, vocab, (1, q), generator=gen).to(device)
             positions = torch.arange(context, context + q, device=device)[None]
-            start = _clock(device)  # the logits the core reads: the block's, or the one next token
+            start = device_clock(device)  # the logits the core reads: the block's, or the one next token
             decoder.forward(ids, positions, Pattern(n_causal, q - n_causal), cache, keep=max(1, q - n_causal))
-            elapsed = _clock(device) - start
+            elapsed = device_clock(device) - start
             cache.rollback(q)
             if rep >= warmup:
                 times[q].append(elapsed)

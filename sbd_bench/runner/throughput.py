@@ -39,7 +39,7 @@ def measure(lm, task, prompts: list[list[int]], solver, cfg, batch_size: int, re
     returns (figures with the median wall time, per-prompt (output_ids, nfe))."""
     import statistics
 
-    from ..core.decoding import _clock
+    from ..core.model import device_clock
     from .samples import make_decoder
 
     def decode(part):
@@ -51,12 +51,12 @@ def measure(lm, task, prompts: list[list[int]], solver, cfg, batch_size: int, re
     walls = []
     for _ in range(repeats):
         gens, forwards = [], 0
-        start = _clock(lm.device)
+        start = device_clock(lm.device)
         for i in range(0, len(prompts), batch_size):
             part_gens, part_forwards = decode(prompts[i : i + batch_size])
             gens += part_gens
             forwards += part_forwards
-        walls.append(_clock(lm.device) - start)
+        walls.append(device_clock(lm.device) - start)
     wall = statistics.median(walls)
     tokens, nfe = sum(g.tokens for g in gens), sum(g.nfe for g in gens)
     return {"tokens": tokens, "wall_time_s": wall, "tokens_per_s": tokens / wall if wall > 0 else None,

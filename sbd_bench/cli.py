@@ -97,7 +97,7 @@ def cmd_run(args) -> int:
     from .analysis.metrics import ntp_mismatch_warning
     from .analysis.records import read_records
     from .analysis.tuning import expand_tuned
-    from .core.model import pick_device, resolve_model_path
+    from .core.model import check_model_folder, pick_device
     from .runner import distributed
     from .runner.harness import RunConfig, resume, resume_command, run
     from .tasks import expand_tasks
@@ -114,7 +114,7 @@ def cmd_run(args) -> int:
                              f"another run: give it a new --out folder)")
         out = Path(args.resume)
     else:
-        resolve_model_path(args.model)  # the cheapest checks first: a typo in --model costs no work
+        check_model_folder(args.model)  # the cheapest checks first: a typo in --model costs no work
         pick_device(args.device)  # before anything loads (the model loader checks again)
         if distributed.launched() and not args.out:
             raise UsageError("under torchrun pass --out DIR: every rank must name the same run folder")
@@ -178,7 +178,7 @@ def cmd_tune(args) -> int:
     from pathlib import Path
 
     from .analysis.tuning import read_tune, stderr_lines
-    from .core.model import pick_device, resolve_model_path
+    from .core.model import check_model_folder, pick_device
     from .runner import distributed
     from .runner.harness import RunConfig
     from .runner.tune import TuneConfig, resume_tune, summary_line, tune, tune_resume_command
@@ -209,7 +209,7 @@ def cmd_tune(args) -> int:
                             exact=args.exact, max_block_forwards=args.max_block_forwards, trace=0)
         cfg = TuneConfig(run=run_cfg, max_loss=args.max_loss, delta=args.delta, calibration=args.calibration,
                          held_out=args.held_out, order_examples=args.order_examples, split_seed=args.split_seed)
-        resolve_model_path(args.model)
+        check_model_folder(args.model)
         pick_device(args.device)
     try:
         folder = resume_tune(out, progress, args.command_line) if args.resume else tune(cfg, progress)
@@ -326,12 +326,30 @@ def _wrap(name: str, width: int) -> list[str]:
     return [line[i:i + width] for line in lines for i in range(0, len(line), width)]
 
 
+def print_models() -> None:
+    from .core.families import FAMILIES, FAMILY_FILE
+    from .core.model import shipped_models
+
+    print("model families (detected from config.json's model_type; a folder's sbd_family.json overrides it):")
+    for family in FAMILIES.values():
+        types = ", ".join(family.model_types) or "any stock transformers causal LM"
+        state = "decoded" if family.supported else "refused: " + family.reason
+        print(f"  {family.name:<24} {family.description} [model_type: {types}] ({state})")
+    print(f"  {FAMILY_FILE:<24} {{\"family\": \"NAME\"}} in a model folder names its family")
+    print("shipped models (--model NAME):")
+    for name in shipped_models():
+        print(f"  {name}")
+
+
 def cmd_list(args) -> int:
     import dataclasses
 
     from .registry import solver_registry
     from .tasks import task_registry
 
+    if args.models:
+        print_models()
+        return 0
     solvers = solver_registry(args.plugins)  # a bad --plugins is refused before a line is printed
     print("solvers:")
     for name, cls in sorted(solvers.items()):
@@ -344,6 +362,7 @@ def cmd_list(args) -> int:
         print(f"  {name:<16} {cls.description}{tag}")
     print("  FILE.jsonl       any JSONL file with id, prompt and optional answer per line")
     print("  NAME:path=FILE   a benchmark read from a local data file, e.g. gsm8k:path=gsm8k_test.jsonl")
+    print_models()
     return 0
 
 
@@ -451,7 +470,8 @@ def build_parser(defaults: dict | None = None) -> argparse.ArgumentParser:
     tune_p.add_argument("--no-report", action="store_true", help="skip each part's report.md and plots")
     tune_p.set_defaults(func=cmd_tune)
 
-    list_p = sub.add_parser("list", help="list solvers (with parameters and defaults) and tasks")
+    list_p = sub.add_parser("list", help="list solvers (with parameters and defaults), tasks and model families")
+    list_p.add_argument("--models", action="store_true", help="only the model families and the shipped models")
     list_p.add_argument("--plugins", action="append", default=[], metavar="DIR",
                         help="folder of solver .py files, listed with the built-in ones")
     list_p.set_defaults(func=cmd_list)

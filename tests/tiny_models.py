@@ -142,3 +142,94 @@ def build_bpe_chat_model(folder: Path, style: str = "llama3", spare_rows: int = 
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+# Nemotron-Labs-Diffusion as published (../shared/research/nemotron_labs_diffusion.md §2.2): the 8B
+# config.json's fields, scaled down; a Ministral-3 backbone stored as encoder.* plus diffusion_head.weight;
+# mask 100, eos 11 (<|im_end|>), block 32, YaRN rope with the Llama-4 query scaling; an auto_map to remote
+# code that must never run.
+NLD_CONFIG = {
+    "architectures": ["NemotronLabsDiffusionModel"], "model_type": "nemotron_labs_diffusion",
+    "auto_map": {"AutoConfig": "configuration_nemotron_labs_diffusion.NemotronLabsDiffusionConfig",
+                 "AutoModel": "modeling_nemotron_labs_diffusion.NemotronLabsDiffusionModel"},
+    "block_size": 32, "mask_token_id": 100, "bos_token_id": 1, "eos_token_id": 11, "dlm_paradigm": "bidirectional",
+    "ar_loss_weight": 1.0, "dlm_loss_weight": None, "dp_varying_mask_ratio": False, "tie_word_embeddings": False,
+    "hidden_act": "silu", "rms_norm_eps": 1e-05, "max_position_embeddings": 262144, "attn_implementation": "sdpa",
+    "use_cache": False, "transformers_version": "5.0.0", "torch_dtype": "bfloat16", "initializer_range": 0.02,
+    "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 16.0,
+                        "original_max_position_embeddings": 16384, "beta_fast": 32.0, "beta_slow": 1.0,
+                        "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1},
+}
+NLD_SPECIALS = 128  # Tekken's first ids are control tokens (<unk>, <s>, </s>, ..., <SPECIAL_n>); NLD's are 1000
+NLD_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|>assistant\n<think></think>{% endif %}")
+TRAP = "raise RuntimeError('remote code of the checkpoint was imported')\n"
+
+
+def build_nld_model(folder: Path, seed: int = 0, hidden: int = 64, layers: int = 2, trap: bool = True,
+                    sharpen: float = 8.0) -> Path:
+    """A random model in Nemotron-Labs-Diffusion's published shape and names. ``trap``: the files its
+    auto_map names exist and raise (and leave ``TRAP_RAN``) when imported. Returns the folder; the same
+    weights in the stock class's names are ``reference_nld_model(folder)``."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import Ministral3Config, Ministral3ForCausalLM, PreTrainedTokenizerFast
+
+    names = {0: "<unk>", 1: "<s>", 2: "</s>", 10: "<|im_start|>", 11: "<|im_end|>", 12: "<think>", 13: "</think>"}
+    specials = [names.get(i, f"<SPECIAL_{i}>") for i in range(NLD_SPECIALS)]
+    tk = Tokenizer(models.BPE(unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=NLD_SPECIALS + 300, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tk.train_from_iterator(BPE_CORPUS * 20, trainer=trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    tok.chat_template = NLD_TEMPLATE  # no mask_token declared: the mask id is the config's (100)
+    fields = {k: v for k, v in NLD_CONFIG.items() if k not in ("architectures", "auto_map", "model_type",
+                                                                 "transformers_version", "torch_dtype",
+                                                                 "attn_implementation")}
+    config = Ministral3Config(**{**fields, "vocab_size": 512, "hidden_size": hidden, "intermediate_size": 2 * hidden,
+                                 "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                 "head_dim": hidden // 4})
+    torch.manual_seed(seed)
+    model = Ministral3ForCausalLM(config)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(sharpen)  # fewer near-ties than the 0.02-std init
+        model.get_input_embeddings().weight[100].zero_()
+    state = {("diffusion_head." + k[len("lm_head."):]) if k.startswith("lm_head.") else "encoder." + k[len("model."):]:
+             v.contiguous() for k, v in model.state_dict().items()}
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    tok.save_pretrained(folder)
+    shape = {"vocab_size": 512, "hidden_size": hidden, "intermediate_size": 2 * hidden, "num_hidden_layers": layers,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": hidden // 4}
+    (folder / "config.json").write_text(json.dumps({**NLD_CONFIG, **shape}, indent=2))
+    (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": [11]}))
+    if trap:
+        for module in ("configuration_nemotron_labs_diffusion", "modeling_nemotron_labs_diffusion"):
+            (folder / f"{module}.py").write_text(f"open({str(folder / 'TRAP_RAN')!r}, 'w').close()\n" + TRAP)
+    return folder
+
+
+def reference_nld_model(folder: Path):
+    """The same weights loaded by hand into the stock class (the names renamed here, not by the loader)."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+    from transformers import Ministral3Config, Ministral3ForCausalLM
+
+    fields = json.loads((Path(folder) / "config.json").read_text())
+    fields = {k: v for k, v in fields.items() if k not in ("architectures", "auto_map", "model_type",
+                                                             "transformers_version", "torch_dtype",
+                                                             "attn_implementation")}
+    model = Ministral3ForCausalLM(Ministral3Config(**fields))
+    state = load_file(str(Path(folder) / "model.safetensors"))
+    renamed = {("lm_head." + k[len("diffusion_head."):]) if k.startswith("diffusion_head.") else
+               "model." + k[len("encoder."):]: v for k, v in state.items()}
+    model.load_state_dict(renamed, strict=True)
+    return model.eval().to(torch.float32)

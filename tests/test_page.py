@@ -57,6 +57,10 @@ def test_page_is_one_file_holding_the_rows(tmp_path):
         [(r["task"], r["config"]) for r in rows]
     for shown, row in zip(data["rows"], rows):
         assert shown["values"] == {c["key"]: row.get(c["key"]) for c in data["columns"]}
+        # the 95% intervals the plot's whiskers are drawn from
+        assert shown["bounds"] == {key: [row[lo], row[hi]] for key, _, _, (lo, hi), _ in
+                                   [c for c in page.columns_of(rows) if c[3]] if row.get(lo) is not None}
+    assert any(shown["bounds"] for shown in data["rows"])
     assert [c["name"] for c in data["configs"] if c["ntp"]] == ["ntp"]
     assert "Interactive: [report.html](report.html)" in (run / "report.md").read_text()
 
@@ -238,6 +242,25 @@ def test_hovering_a_point_names_its_configuration(driver, baseline_page):
         ActionChains(driver).move_by_offset(0, 200).perform()
         assert not tooltip.is_displayed()
     assert "confidence:tau=0.9" in fronts["nfe"]["arith"] and "fixed_k:k=2" not in fronts["nfe"]["arith"]
+
+
+def test_plot_draws_the_95_percent_intervals(driver, baseline_page):
+    browser.load(driver, baseline_page)
+    rows = {r["config"]: r for r in json.loads((ROOT / "results" / "baseline" / "summary.json").read_text())["rows"]
+            if r["task"] == "arith"}
+    for speed in ("nfe", "wall"):
+        css(driver, f'#plot button[data-speed="{speed}"]')[0].click()
+        whiskers = driver.execute_script("""return [...document.querySelectorAll('#plot-area .whisker')].map((w) =>
+            [w.dataset.config, w.dataset.axis, ...['x1', 'x2', 'y1', 'y2'].map((a) => +w.getAttribute(a))]);""")
+        marks = {c: 2 for c, r in rows.items() if r.get("accuracy_lo") is not None}
+        assert sorted(w[0] for w in whiskers) == sorted(c for c, n in marks.items() for _ in range(n))
+        # each whisker spans its row's interval: pixels per unit the same for every configuration (one axis)
+        per_unit = {axis: [abs(w[2 + 2 * (axis == "y")] - w[3 + 2 * (axis == "y")]) /
+                           (rows[w[0]][f"{key}_hi"] - rows[w[0]][f"{key}_lo"])
+                           for w in whiskers if w[1] == axis and rows[w[0]][f"{key}_hi"] > rows[w[0]][f"{key}_lo"]]
+                    for axis, key in (("x", f"speed_factor_{speed}"), ("y", "accuracy"))}
+        for axis, scales in per_unit.items():
+            assert len(scales) >= 8 and max(scales) - min(scales) < 1e-6 * max(scales), (speed, axis, scales)
 
 
 def test_timeline_steps_forward(driver, traced_page):

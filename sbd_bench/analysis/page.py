@@ -80,13 +80,16 @@ def _config(row: dict, names: list[str], rows: list[dict]) -> dict:
 
 
 def _row(row: dict, tasks: list[str], names: list[str], columns: list[tuple]) -> dict:
-    values, texts, intervals = {}, {}, {}
+    """One leaderboard row: per column its value and text, and where the column has a 95% interval its
+    bounds (``bounds[key] = [lo, hi]``, what the plot's whiskers are drawn from) and their text."""
+    values, texts, intervals, bounds = {}, {}, {}, {}
     for key, _, text, interval, _ in columns:
         values[key], texts[key] = row.get(key), text(row.get(key))
-        if interval and row.get(interval[0]) is not None:
+        if interval and row.get(interval[0]) is not None and row.get(interval[1]) is not None:
+            bounds[key] = [row[interval[0]], row[interval[1]]]
             intervals[key] = f"[{text(row[interval[0]])}, {text(row[interval[1]])}]"
     return {"task": tasks.index(row["task"]), "config": names.index(row["config"]), "values": values, "texts": texts,
-            "intervals": intervals, "length_differs": bool(row.get("tokens_differ_from_ntp"))}
+            "intervals": intervals, "bounds": bounds, "length_differs": bool(row.get("tokens_differ_from_ntp"))}
 
 
 def _fronts(rows: list[dict], tasks: list[str]) -> dict[str, dict[str, list[str]]]:

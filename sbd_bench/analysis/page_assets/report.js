@@ -136,7 +136,7 @@
     const key = "speed_factor_" + state.speed;
     const points = data.rows.filter((r) => r.task === state.task && r.values.accuracy !== null && r.values[key] !== null);
     const W = 780, H = 430, m = { l: 58, r: 24, t: 14, b: 46 };
-    const xMax = Math.max(1, ...points.map((r) => Math.max(r.values[key], r.values[key + "_hi"] || 0))) * 1.08;
+    const xMax = Math.max(1, ...points.map((r) => Math.max(r.values[key], r.bounds[key] ? r.bounds[key][1] : 0))) * 1.08;
     const X = (v) => m.l + (v / xMax) * (W - m.l - m.r);
     const Y = (v) => m.t + (1 - (v + 4) / 108) * (H - m.t - m.b);  // -4%..104%: room for markers at 0 and 100
     const plot = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img",
@@ -168,12 +168,11 @@
     }
     for (const r of points) {  // 95% intervals as whiskers, under the markers
       const color = configColor(r.config), x = X(r.values[key]), y = Y(100 * r.values.accuracy);
-      if (r.values[key + "_lo"] !== null && r.values[key + "_lo"] !== undefined) {
-        plot.append(svg("line", { class: "whisker", stroke: color, x1: X(r.values[key + "_lo"]), x2: X(r.values[key + "_hi"]), y1: y, y2: y }));
-      }
-      if (r.values.accuracy_lo !== null && r.values.accuracy_lo !== undefined) {
-        plot.append(svg("line", { class: "whisker", stroke: color, x1: x, x2: x, y1: Y(100 * r.values.accuracy_lo), y2: Y(100 * r.values.accuracy_hi) }));
-      }
+      const speed = r.bounds[key], accuracy = r.bounds.accuracy;
+      if (speed) plot.append(svg("line", { class: "whisker", "data-config": data.configs[r.config].name, "data-axis": "x",
+        stroke: color, x1: X(speed[0]), x2: X(speed[1]), y1: y, y2: y }));
+      if (accuracy) plot.append(svg("line", { class: "whisker", "data-config": data.configs[r.config].name, "data-axis": "y",
+        stroke: color, x1: x, x2: x, y1: Y(100 * accuracy[0]), y2: Y(100 * accuracy[1]) }));
     }
     const ntpLast = points.slice().sort((a, b) => data.configs[a.config].ntp - data.configs[b.config].ntp);
     for (const r of ntpLast) {  // NTP drawn last: on top of a configuration at its spot (1x, same accuracy)

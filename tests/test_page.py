@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import trace_fixtures as tf
-from measure_fixtures import crafted_run, standard_records
+from measure_fixtures import crafted_record, crafted_run, standard_records
 from sbd_bench.analysis import page
 from sbd_bench.analysis.metrics import summarize
 from sbd_bench.analysis.records import RunFolderError, load_run
@@ -164,6 +164,39 @@ def traced_page(tmp_path_factory):
     return write_run_page(run, run)
 
 
+def crafted_records() -> list[dict]:
+    """standard_records with every verdict kind on arith (example 1: a configuration without verdict,
+    2: one that raised, 3: one not decoded) and a sampled configuration, 3 samples per example, whose
+    sample 1 of example 0 alone is wrong."""
+    records = []
+    for r in standard_records():
+        where = (r["task"], r["id"], r["config"].split(":")[0])
+        if where == ("arith", "3", "entropy_bounded"):
+            continue
+        if where == ("arith", "1", "entropy_bounded"):
+            r["correct"] = None
+        if where == ("arith", "2", "fixed_k"):
+            r["correct"], r["error"] = None, "RuntimeError: boom"
+        records.append(r)
+    for i in range(5):
+        for sample in range(3):
+            r = crafted_record(SAMPLED, "arith", str(i), nfe=5, tokens=8 + i, correct=(i, sample) != (0, 1),
+                               decode_time_s=0.02)
+            r.update(params={"k": 2, "temperature": 0.7}, sample=sample, seed=sample,
+                     output_text="y" * (8 + i) + str(sample))
+            records.append(r)
+    return records
+
+
+SAMPLED = "fixed_k:k=2,temperature=0.7"
+
+
+@pytest.fixture(scope="module")
+def crafted_page(tmp_path_factory):
+    run = crafted_run(tmp_path_factory.mktemp("crafted") / "run", crafted_records())
+    return write_run_page(run, run)
+
+
 def page_problems(driver, path: Path) -> list[str]:
     """What a person would notice at once: errors in the console, requests leaving the file, no page."""
     browser.load(driver, path)
@@ -261,6 +294,28 @@ def test_plot_draws_the_95_percent_intervals(driver, baseline_page):
                     for axis, key in (("x", f"speed_factor_{speed}"), ("y", "accuracy"))}
         for axis, scales in per_unit.items():
             assert len(scales) >= 8 and max(scales) - min(scales) < 1e-6 * max(scales), (speed, axis, scales)
+
+
+def test_verdicts_told_apart_without_colour(driver, crafted_page, baseline_page):
+    assert page_problems(driver, crafted_page) == []
+    squares = driver.execute_script("""return [...document.querySelectorAll('.example .verdicts .v')].map((v) =>
+        [v.dataset.verdict, v.textContent, getComputedStyle(v).backgroundColor, getComputedStyle(v).borderStyle]);""")
+    kinds = {kind: (glyph, colour, border) for kind, glyph, colour, border in squares}
+    assert set(kinds) == {"true", "false", "null", "error", "none"}
+    glyphs = [glyph for glyph, _, _ in kinds.values()]
+    assert len(set(glyphs)) == 5 and "" in glyphs  # a glyph each ("not decoded": an empty, dashed square)
+    assert len({(colour, border) for _, colour, border in kinds.values()}) == 5  # and two distinct greys
+    # configurations: one colour scheme of nine colours, then the fill; shape says NTP / verified / other
+    browser.load(driver, baseline_page)
+    swatches = driver.execute_script("""return [...document.querySelectorAll('#board tbody td[data-key=config]')].map((td) =>
+        [td.parentNode.dataset.config, ...['color', 'fill', 'shape'].map((k) => td.querySelector('.swatch').dataset[k])]);""")
+    assert len(swatches) == 16 and len({tuple(s[1:3]) for s in swatches}) == 16  # the 16 arith configurations
+    assert len({s[1] for s in swatches}) == 9 and {s[2] for s in swatches} == {"solid", "hollow"}
+    assert [s[0] for s in swatches if s[3] == "square"] == ["ntp"]
+    assert all((s[3] == "diamond") == ("verify=on" in s[0]) for s in swatches if s[0] != "ntp")
+    points = driver.execute_script("""return [...document.querySelectorAll('#plot-area .point')].map((p) =>
+        [p.dataset.config, p.dataset.color, p.dataset.fill]);""")
+    assert sorted(map(tuple, points)) == sorted(tuple(s[:3]) for s in swatches)  # the plot's markers = the legend's
 
 
 def test_timeline_steps_forward(driver, traced_page):

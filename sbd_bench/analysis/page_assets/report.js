@@ -6,12 +6,16 @@
   "use strict";
   const data = JSON.parse(document.getElementById("report-data").textContent);
   const state = { task: 0, speed: "nfe", sort: null, page: 0, filter: "all" };
-  // Paul Tol's "bright" and "muted" schemes: distinct for colour-blind readers too
-  const PALETTE = ["#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#997700", "#332288",
-    "#44AA99", "#882255", "#EE7733", "#8C564B", "#88CCEE", "#CC6677", "#999933", "#BBBBBB"];
+  /* One colour-blind-safe scheme, Paul Tol's "muted" (its nine colours stay apart under deuteranopia,
+     protanopia and tritanopia); past nine configurations the marker's fill is the second channel:
+     solid, hollow, solid with a hole, hollow with a dot (36 configurations told apart, then names). The
+     marker's shape says what a configuration is: square NTP, diamond verified, circle the others. */
+  const PALETTE = ["#CC6677", "#332288", "#DDCC77", "#117733", "#88CCEE", "#882255", "#44AA99", "#999933", "#AA4499"];
+  const FILLS = ["solid", "hollow", "hole", "dot"];
   const SVG_NS = "http://www.w3.org/2000/svg";
   const taskName = () => data.tasks[state.task];
   const configColor = (i) => PALETTE[i % PALETTE.length];
+  const configFill = (i) => FILLS[Math.floor(i / PALETTE.length) % FILLS.length];
 
   // ------------------------------------------------------------------------------------ DOM helpers
   function el(tag, attrs, ...children) {
@@ -41,10 +45,31 @@
         title: [config.sampling, config.samples > 1 ? config.samples + " samples per example" : ""].filter(Boolean).join("; ") })
         : null];
   }
-  function swatch(i) {
-    const shape = data.configs[i].ntp ? " square" : data.configs[i].verified ? " diamond" : "";
-    return el("span", { class: "swatch" + shape, style: "background:" + configColor(i) });
+  function shapeOf(i) {
+    return data.configs[i].ntp ? "square" : data.configs[i].verified ? "diamond" : "circle";
   }
+  function shapeNode(shape, x, y, r, attrs) {
+    if (shape === "square") return svg("rect", { ...attrs, x: x - r * 0.9, y: y - r * 0.9, width: 1.8 * r, height: 1.8 * r });
+    if (shape === "diamond") return svg("path", { ...attrs, d: `M${x},${y - 1.2 * r} L${x + 1.2 * r},${y} L${x},${y + 1.2 * r} L${x - 1.2 * r},${y} Z` });
+    return svg("circle", { ...attrs, cx: x, cy: y, r });
+  }
+  /* Configuration i's marker at (x, y): its colour, its shape and its fill; ``halo``: an outline drawn
+     around it (the plot rings the Pareto front's and the hovered one with it). */
+  function markerNodes(i, x, y, r, halo) {
+    const color = configColor(i), fill = configFill(i), shape = shapeOf(i);
+    const hollow = fill === "hollow" || fill === "dot";
+    const nodes = halo ? [shapeNode(shape, x, y, r + 2.6, { class: "halo", fill: "none" })] : [];
+    nodes.push(shapeNode(shape, x, y, r, { class: "body", fill: hollow ? "#fff" : color, stroke: hollow ? color : "#fff",
+      "stroke-width": hollow ? 2.4 : 1.2 }));
+    if (fill === "hole" || fill === "dot") nodes.push(svg("circle", { cx: x, cy: y, r: r * 0.36, fill: fill === "hole" ? "#fff" : color }));
+    return nodes;
+  }
+  function swatch(i) {
+    const node = svg("svg", { class: "swatch", viewBox: "0 0 16 16", width: 14, height: 14, "aria-hidden": "true",
+      "data-color": configColor(i), "data-fill": configFill(i), "data-shape": shapeOf(i) }, ...markerNodes(i, 8, 8, 5.6, false));
+    return node;
+  }
+
 
   // --------------------------------------------------------------------------- provenance, banners
   function renderHeader() {
@@ -177,13 +202,11 @@
     const ntpLast = points.slice().sort((a, b) => data.configs[a.config].ntp - data.configs[b.config].ntp);
     for (const r of ntpLast) {  // NTP drawn last: on top of a configuration at its spot (1x, same accuracy)
       const config = data.configs[r.config], x = X(r.values[key]), y = Y(100 * r.values.accuracy);
-      const attrs = { class: "point" + (frontNames.has(config.name) ? " on-front" : ""), fill: configColor(r.config),
-        "data-config": config.name, tabindex: 0,
+      plot.append(svg("g", { class: "point" + (frontNames.has(config.name) ? " on-front" : ""),
+        "data-config": config.name, "data-color": configColor(r.config), "data-fill": configFill(r.config), tabindex: 0,
         onmouseenter: (e) => showTooltip(e, r, points, X, Y), onmousemove: (e) => moveTooltip(e),
-        onmouseleave: hideTooltip, onfocus: (e) => showTooltip(e, r, points, X, Y), onblur: hideTooltip };
-      plot.append(config.ntp ? svg("rect", { ...attrs, x: x - 6, y: y - 6, width: 12, height: 12 })
-        : config.verified ? svg("path", { ...attrs, d: `M${x},${y - 8} L${x + 8},${y} L${x},${y + 8} L${x - 8},${y} Z` })
-          : svg("circle", { ...attrs, cx: x, cy: y, r: 6.5 }));
+        onmouseleave: hideTooltip, onfocus: (e) => showTooltip(e, r, points, X, Y), onblur: hideTooltip },
+      ...markerNodes(r.config, x, y, 6.5, true)));
     }
     if (!points.length) {
       plot.append(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, document.createTextNode("no verdicts")));
@@ -308,7 +331,7 @@
       el("span", { class: "page-label", text: `page ${state.page + 1} of ${pages}` }),
       el("button", { type: "button", class: "next", text: "▶", disabled: state.page >= pages - 1, onclick: () => go(state.page + 1) })),
     el("span", { class: "hint", text: `${shown.length} of ${all.length} examples; a square per configuration `
-      + "(green correct, red wrong, grey no verdict, ochre error); click an example for its outputs" }));
+      + "(✓ correct, ✗ wrong, – no verdict, ! error, empty: not decoded); click an example for its outputs" }));
     if (data.omitted) {
       controls.append(el("span", { class: "hint", text: `${data.omitted} example(s) show verdicts only: the page holds `
         + `at most ${data.output_budget.toLocaleString("en")} characters of output (traced examples always); samples.jsonl has every output` }));
@@ -317,10 +340,15 @@
     list.textContent = "";
     for (const ex of shown.slice(state.page * data.per_page, (state.page + 1) * data.per_page)) list.append(exampleNode(ex));
   }
-  function verdictClass(cell) {
-    if (!cell) return "v-null";
-    if (cell[6]) return "v-error";
-    return "v-" + (cell[0] === null ? "null" : String(cell[0]));
+  /* A verdict square's kind, and the glyph that tells it apart without colour. */
+  const VERDICTS = { true: "✓", false: "✗", null: "–", error: "!", none: "" };
+  function verdictKind(cell) {
+    if (!cell) return "none";
+    if (cell[6]) return "error";
+    return cell[0] === null ? "null" : String(cell[0]);
+  }
+  function verdictSquare(kind, title) {
+    return el("span", { class: "v v-" + kind, title, "data-verdict": kind, text: VERDICTS[kind] });
   }
   function verdictText(cell) {
     if (!cell) return "not decoded";
@@ -334,8 +362,8 @@
     const summary = el("div", { class: "summary", role: "button", tabindex: 0, "aria-expanded": "false",
       onclick: () => toggle(), onkeydown: (e) => { if (e.key === "Enter") toggle(); } },
     el("span", { class: "eid", text: ex.id }),
-    el("span", { class: "verdicts" }, ...ex.cells.map((cell, i) => el("span", { class: verdictClass(cell),
-      title: data.configs[i].name + ": " + verdictText(cell) }))),
+    el("span", { class: "verdicts" }, ...ex.cells.map((cell, i) => verdictSquare(verdictKind(cell),
+      data.configs[i].name + ": " + verdictText(cell)))),
     ex.traced ? el("span", { class: "badge verified", text: "traced" }) : null,
     ex.full ? null : el("span", { class: "hint", text: "verdicts only" }));
     function toggle() {

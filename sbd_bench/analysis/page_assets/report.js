@@ -53,20 +53,21 @@
     if (shape === "diamond") return svg("path", { ...attrs, d: `M${x},${y - 1.2 * r} L${x + 1.2 * r},${y} L${x},${y + 1.2 * r} L${x - 1.2 * r},${y} Z` });
     return svg("circle", { ...attrs, cx: x, cy: y, r });
   }
-  /* Configuration i's marker at (x, y): its colour, its shape and its fill; ``halo``: an outline drawn
-     around it (the plot rings the Pareto front's and the hovered one with it). */
-  function markerNodes(i, x, y, r, halo) {
+  /* Configuration i's marker at (x, y): its colour, shape and fill; ``attrs`` go on the marker's body
+     (what the pointer meets), ``halo``: an outline around it that the plot draws on the Pareto front's
+     and on the hovered one (a sibling after the body; it and the dot let the pointer through). */
+  function markerNodes(i, x, y, r, attrs, halo) {
     const color = configColor(i), fill = configFill(i), shape = shapeOf(i);
     const hollow = fill === "hollow" || fill === "dot";
-    const nodes = halo ? [shapeNode(shape, x, y, r + 2.6, { class: "halo", fill: "none" })] : [];
-    nodes.push(shapeNode(shape, x, y, r, { class: "body", fill: hollow ? "#fff" : color, stroke: hollow ? color : "#fff",
-      "stroke-width": hollow ? 2.4 : 1.2 }));
-    if (fill === "hole" || fill === "dot") nodes.push(svg("circle", { cx: x, cy: y, r: r * 0.36, fill: fill === "hole" ? "#fff" : color }));
+    const nodes = [shapeNode(shape, x, y, r, { ...attrs, fill: hollow ? "#fff" : color, stroke: hollow ? color : "#fff",
+      "stroke-width": hollow ? 2.4 : 1.2 })];
+    if (halo) nodes.push(shapeNode(shape, x, y, r + 2.6, { class: "halo" + (halo === "front" ? " on-front" : ""), fill: "none" }));
+    if (fill === "hole" || fill === "dot") nodes.push(svg("circle", { class: "dot", cx: x, cy: y, r: r * 0.36, fill: fill === "hole" ? "#fff" : color }));
     return nodes;
   }
   function swatch(i) {
     const node = svg("svg", { class: "swatch", viewBox: "0 0 16 16", width: 14, height: 14, "aria-hidden": "true",
-      "data-color": configColor(i), "data-fill": configFill(i), "data-shape": shapeOf(i) }, ...markerNodes(i, 8, 8, 5.6, false));
+      "data-color": configColor(i), "data-fill": configFill(i), "data-shape": shapeOf(i) }, ...markerNodes(i, 8, 8, 5.6, {}, false));
     return node;
   }
 
@@ -202,11 +203,11 @@
     const ntpLast = points.slice().sort((a, b) => data.configs[a.config].ntp - data.configs[b.config].ntp);
     for (const r of ntpLast) {  // NTP drawn last: on top of a configuration at its spot (1x, same accuracy)
       const config = data.configs[r.config], x = X(r.values[key]), y = Y(100 * r.values.accuracy);
-      plot.append(svg("g", { class: "point" + (frontNames.has(config.name) ? " on-front" : ""),
+      plot.append(...markerNodes(r.config, x, y, 6.5, { class: "point" + (frontNames.has(config.name) ? " on-front" : ""),
         "data-config": config.name, "data-color": configColor(r.config), "data-fill": configFill(r.config), tabindex: 0,
         onmouseenter: (e) => showTooltip(e, r, points, X, Y), onmousemove: (e) => moveTooltip(e),
         onmouseleave: hideTooltip, onfocus: (e) => showTooltip(e, r, points, X, Y), onblur: hideTooltip },
-      ...markerNodes(r.config, x, y, 6.5, true)));
+      frontNames.has(config.name) ? "front" : "other"));
     }
     if (!points.length) {
       plot.append(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, document.createTextNode("no verdicts")));

@@ -92,8 +92,8 @@ def test_outputs_past_the_budget_show_verdicts_only(tmp_path, monkeypatch):
     data = page.page_data("run", summary, records, rows, read_traces(run / "traces.jsonl"))
     full = {ex["id"]: ex["full"] for ex in data["examples"]["copy"]}
     assert full == {"0": True, "1": False, "2": False} and data["omitted"] == 2
-    assert all(cell[5] is None for ex in data["examples"]["copy"][1:] for cell in ex["cells"])
-    assert data["examples"]["copy"][1]["cells"][0][:5] == [True, 5, 5, 1, 1]  # verdicts and counts stay
+    assert all(sample[4] is None for ex in data["examples"]["copy"][1:] for cell in ex["cells"] for sample in cell)
+    assert data["examples"]["copy"][1]["cells"][0] == [[0, True, 5, 5, None, None]]  # verdicts and counts stay
 
 
 def test_hand_written_traces_add_up_to_their_records(tmp_path):
@@ -211,6 +211,13 @@ def css(driver, selector):
     return driver.find_elements("css selector", selector)
 
 
+def choose(driver, selector, value):
+    """Pick ``value`` in the <select> at ``selector``, as a person does."""
+    from selenium.webdriver.support.ui import Select
+
+    Select(css(driver, selector)[0]).select_by_value(value)
+
+
 def test_every_row_shows_summary_json_figures(driver, baseline_page):
     assert page_problems(driver, baseline_page) == []
     summary = json.loads((ROOT / "results" / "baseline" / "summary.json").read_text())
@@ -316,6 +323,23 @@ def test_verdicts_told_apart_without_colour(driver, crafted_page, baseline_page)
     points = driver.execute_script("""return [...document.querySelectorAll('#plot-area .point')].map((p) =>
         [p.dataset.config, p.dataset.color, p.dataset.fill]);""")
     assert sorted(map(tuple, points)) == sorted(tuple(s[:3]) for s in swatches)  # the plot's markers = the legend's
+
+
+def test_every_sample_of_a_sampled_run_is_shown(driver, crafted_page):
+    browser.load(driver, crafted_page)
+
+    def squares(eid):
+        return [v.text for v in css(driver, f'.example[data-id="{eid}"] .vgroup[data-config="{SAMPLED}"] .v')]
+
+    assert squares("0") == ["✓", "✗", "✓"] and squares("4") == ["✓", "✓", "✓"]  # sample 1 of example 0 is wrong
+    choose(driver, "#example-filter", "wrong")
+    assert "0" in [e.get_attribute("data-id") for e in css(driver, ".example")]
+    choose(driver, "#example-filter", "all")
+    css(driver, '.example[data-id="0"] .summary')[0].click()
+    rows = css(driver, f'.example[data-id="0"] tr[data-config="{SAMPLED}"]')
+    assert [r.get_attribute("data-sample") for r in rows] == ["0", "1", "2"]
+    assert [r.find_elements("css selector", "td")[1].text for r in rows] == ["✓", "✗", "✓"]
+    assert [r.find_elements("css selector", ".output")[0].text for r in rows] == [f"yyyyyyyy{s}" for s in range(3)]
 
 
 def test_timeline_steps_forward(driver, traced_page):

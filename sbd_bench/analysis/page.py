@@ -106,29 +106,30 @@ def _fronts(rows: list[dict], tasks: list[str]) -> dict[str, dict[str, list[str]
 
 
 def _examples(records: list[dict], tasks: list[str], names: list[str], traced: set) -> tuple[dict, int]:
-    """Per task, its examples in the run's order: prompt, reference answer, and per configuration
-    [correct, nfe, tokens, correct samples, samples with a verdict, output text or None, error or None]
-    of its first sample and repeat. Output text within ``OUTPUT_BUDGET`` (traced examples always)."""
+    """Per task, its examples in the run's order: prompt, reference answer, and per configuration the
+    list of its samples (one for a greedy run), each [sample, correct, nfe, tokens, output text or None,
+    error or None], of the first repeat (repeats time the same decode again: same output, same verdict).
+    Output text within ``OUTPUT_BUDGET`` (traced examples always)."""
     examples: dict[tuple, dict] = {}
     column = {name: i for i, name in enumerate(names)}
     for r in records:
         key = (r["task"], str(r["id"]))
         ex = examples.setdefault(key, {"id": str(r["id"]), "prompt": None, "answer": None,
-                                       "cells": [None] * len(names), "texts": {}})
+                                       "cells": [None] * len(names), "texts": []})
         ex["prompt"] = ex["prompt"] or r.get("prompt")
         ex["answer"] = ex["answer"] if ex["answer"] is not None else r.get("answer")
-        i = column[r["config"]]
-        cell = ex["cells"][i]
         if r.get("repeat", 0) != 0:
-            continue  # repeats time the same decode again: same output, same verdict
-        verdict = r.get("correct")
-        if cell is None:
-            cell = ex["cells"][i] = [None, None, None, 0, 0, None, None]
-        cell[3] += bool(verdict)
-        cell[4] += verdict is not None
-        if r.get("sample", 0) == 0:
-            cell[0], cell[1], cell[2], cell[6] = verdict, r["nfe"], r["tokens"], r.get("error")
-            ex["texts"][i] = r.get("output_text") or ""
+            continue
+        i = column[r["config"]]
+        sample = [int(r.get("sample", 0)), r.get("correct"), r["nfe"], r["tokens"], None, r.get("error")]
+        if ex["cells"][i] is None:
+            ex["cells"][i] = []
+        ex["cells"][i].append(sample)
+        ex["texts"].append((sample, r.get("output_text") or ""))
+    for ex in examples.values():
+        for cell in ex["cells"]:
+            if cell:
+                cell.sort(key=lambda sample: sample[0])
     by_task = {task: [ex for (t, _), ex in examples.items() if t == task] for task in tasks}
     order = []  # round robin over the tasks: each task's first examples come first
     for rank in range(max(map(len, by_task.values()), default=0)):
@@ -138,12 +139,12 @@ def _examples(records: list[dict], tasks: list[str], names: list[str], traced: s
         for ex in by_task[task]:
             ex["traced"] = (task, ex["id"]) in traced
     for ex in order:
-        size = sum(len(text) for text in ex["texts"].values()) + len(ex["prompt"] or "")
+        size = sum(len(text) for _, text in ex["texts"]) + len(ex["prompt"] or "")
         keep = ex["traced"] or used + size <= OUTPUT_BUDGET
         used += size if keep else 0
         omitted += not keep
-        for i, text in ex.pop("texts").items():
-            ex["cells"][i][5] = text if keep else None
+        for sample, text in ex.pop("texts"):
+            sample[4] = text if keep else None
         ex["full"] = keep
         if not keep:
             ex["prompt"] = None

@@ -306,13 +306,23 @@
   function tracesOf(ex) {
     return data.traces.filter((t) => t.task === taskName() && t.id === ex.id);
   }
-  function differsFromNtp(ex) {
-    return ex.cells.some((cell, i) => cell && cell[5] !== null && data.configs[i].base !== null
-      && ex.cells[data.configs[i].base] && cell[5] !== ex.cells[data.configs[i].base][5]);
+  /* An example's cell per configuration: null (not decoded) or its samples, each
+     [sample, correct, nfe, tokens, output text or null, error or null]. */
+  const S = { index: 0, correct: 1, nfe: 2, tokens: 3, text: 4, error: 5 };
+  function baseSample(ex, i, sample) {  // NTP's sample at the same settings and index (else its first)
+    const base = data.configs[i].base === null || data.configs[i].base === i ? null : ex.cells[data.configs[i].base];
+    return base ? base.find((b) => b[S.index] === sample[S.index]) || base[0] : null;
   }
+  function differsFromNtp(ex) {
+    return ex.cells.some((cell, i) => cell && cell.some((sample) => {
+      const base = baseSample(ex, i, sample);
+      return base && sample[S.text] !== null && base[S.text] !== null && sample[S.text] !== base[S.text];
+    }));
+  }
+  const isWrong = (sample) => sample[S.correct] === false || !!sample[S.error];
   const FILTERS = {
     all: ["all examples", () => true],
-    wrong: ["some configuration wrong", (ex) => ex.cells.some((c) => c && (c[0] === false || c[6]))],
+    wrong: ["some configuration wrong", (ex) => ex.cells.some((cell) => cell && cell.some(isWrong))],
     differs: ["output differs from NTP's", differsFromNtp],
     traced: ["traced (decoding timeline)", (ex) => ex.traced],
   };
@@ -343,19 +353,30 @@
   }
   /* A verdict square's kind, and the glyph that tells it apart without colour. */
   const VERDICTS = { true: "✓", false: "✗", null: "–", error: "!", none: "" };
-  function verdictKind(cell) {
-    if (!cell) return "none";
-    if (cell[6]) return "error";
-    return cell[0] === null ? "null" : String(cell[0]);
+  function verdictKind(sample) {
+    if (!sample) return "none";
+    if (sample[S.error]) return "error";
+    return sample[S.correct] === null ? "null" : String(sample[S.correct]);
   }
   function verdictSquare(kind, title) {
     return el("span", { class: "v v-" + kind, title, "data-verdict": kind, text: VERDICTS[kind] });
   }
-  function verdictText(cell) {
-    if (!cell) return "not decoded";
-    if (cell[6]) return "error: " + cell[6];
-    const word = cell[0] === null ? "no verdict" : cell[0] ? "correct" : "wrong";
-    return cell[4] > 1 ? `${word} (sample 0); ${cell[3]} of ${cell[4]} samples correct` : word;
+  function verdictText(sample) {
+    if (!sample) return "not decoded";
+    if (sample[S.error]) return "error: " + sample[S.error];
+    return sample[S.correct] === null ? "no verdict" : sample[S.correct] ? "correct" : "wrong";
+  }
+  /* An example's squares: one per sample of each configuration, a configuration's samples side by side. */
+  function verdictNodes(ex) {
+    return ex.cells.map((cell, i) => {
+      const name = data.configs[i].name;
+      const squares = cell ? cell.map((sample) => verdictSquare(verdictKind(sample),
+        name + (cell.length > 1 || data.configs[i].samples > 1 ? ` sample ${sample[S.index]}` : "") + ": " + verdictText(sample)))
+        : [verdictSquare("none", name + ": not decoded")];
+      const right = cell ? cell.filter((sample) => sample[S.correct] === true).length : 0;
+      return el("span", { class: "vgroup", "data-config": name, title: cell && cell.length > 1 ? `${name}: ${right} of ${cell.length} samples correct` : null },
+        ...squares);
+    });
   }
   function exampleNode(ex) {
     const node = el("div", { class: "example", "data-id": ex.id });
@@ -363,8 +384,7 @@
     const summary = el("div", { class: "summary", role: "button", tabindex: 0, "aria-expanded": "false",
       onclick: () => toggle(), onkeydown: (e) => { if (e.key === "Enter") toggle(); } },
     el("span", { class: "eid", text: ex.id }),
-    el("span", { class: "verdicts" }, ...ex.cells.map((cell, i) => verdictSquare(verdictKind(cell),
-      data.configs[i].name + ": " + verdictText(cell)))),
+    el("span", { class: "verdicts" }, ...verdictNodes(ex)),
     ex.traced ? el("span", { class: "badge verified", text: "traced" }) : null,
     ex.full ? null : el("span", { class: "hint", text: "verdicts only" }));
     function toggle() {
@@ -384,25 +404,25 @@
     const table = el("table", { class: "outputs" }, el("tr", {}, ...["config", "verdict", "nfe", "tokens",
       "output (against NTP's: inserted, deleted)"].map((h) => el("th", { text: h }))));
     const timelineBox = el("div", { class: "timeline-box" });
-    ex.cells.forEach((cell, i) => {
-      if (!cell) return;
-      const config = data.configs[i], base = config.base === null ? null : ex.cells[config.base];
+    ex.cells.forEach((cell, i) => (cell || []).forEach((sample) => {
+      const config = data.configs[i], base = baseSample(ex, i, sample), several = cell.length > 1 || config.samples > 1;
       let output;
-      if (cell[6]) output = el("div", { class: "no", text: "error: " + cell[6] });
-      else if (cell[5] === null) output = el("span", { class: "hint", text: "not embedded (see samples.jsonl)" });
-      else if (base && base[5] !== null && config.base !== i) output = diffNode(base[5], cell[5]);
-      else output = el("div", { class: "output", text: cell[5] });
-      const mine = traces.filter((t) => t.config === i);
-      table.append(el("tr", { "data-config": config.name },
+      if (sample[S.error]) output = el("div", { class: "no", text: "error: " + sample[S.error] });
+      else if (sample[S.text] === null) output = el("span", { class: "hint", text: "not embedded (see samples.jsonl)" });
+      else if (base && base[S.text] !== null) output = diffNode(base[S.text], sample[S.text]);
+      else output = el("div", { class: "output", text: sample[S.text] });
+      const mine = traces.filter((t) => t.config === i && (t.sample || 0) === sample[S.index]);
+      const correct = sample[S.correct];
+      table.append(el("tr", { "data-config": config.name, "data-sample": sample[S.index] },
         el("td", { class: "cfg" }, swatch(i), config.name, ...badges(config),
-          ...mine.map((t) => el("button", { type: "button", class: "show-timeline",
-            text: mine.length > 1 ? `timeline (sample ${t.sample})` : "timeline",
+          several ? el("span", { class: "sample", text: ` sample ${sample[S.index]}` }) : null,
+          ...mine.map((t) => el("button", { type: "button", class: "show-timeline", text: "timeline",
             onclick: () => { timelineBox.textContent = ""; timelineBox.append(timeline(t)); } }))),
-        el("td", { class: cell[0] ? "ok" : cell[0] === false ? "no" : "", text: cell[0] === null ? "–" : cell[0] ? "✓" : "✗",
-          title: verdictText(cell) }),
-        el("td", { text: cell[1] === null ? "–" : cell[1] }), el("td", { text: cell[2] === null ? "–" : cell[2] }),
+        el("td", { class: correct ? "ok" : correct === false ? "no" : "", text: correct === null ? "–" : correct ? "✓" : "✗",
+          title: verdictText(sample) }),
+        el("td", { text: sample[S.nfe] === null ? "–" : sample[S.nfe] }), el("td", { text: sample[S.tokens] === null ? "–" : sample[S.tokens] }),
         el("td", {}, output)));
-    });
+    }));
     detail.append(table, timelineBox);
   }
 

@@ -260,6 +260,45 @@ def test_leaderboard_sorts_on_a_click(driver, baseline_page):
     assert names == sorted(names)
 
 
+def test_keyboard_alone_sorts_switches_tasks_and_opens_examples(driver, baseline_page):
+    from selenium.webdriver import ActionChains, Keys
+
+    browser.load(driver, baseline_page)
+
+    def press(*keys):
+        ActionChains(driver).send_keys(*keys).perform()
+
+    def focused():
+        return driver.execute_script("""const e = document.activeElement;
+            return [e.getAttribute('role'), (e.closest('th') || e).dataset.key || e.dataset.task || e.className];""")
+
+    press(Keys.TAB)
+    assert focused() == ["tab", "arith"]  # one tab in the Tab order, the selected one
+    tab = css(driver, '#tasks button[data-task="arith"]')[0]
+    assert css(driver, "#" + tab.get_attribute("aria-controls"))[0].get_attribute("role") == "tabpanel"
+    press(Keys.ARROW_RIGHT)
+    assert focused() == ["tab", "reverse"]
+    assert css(driver, '#tasks button[aria-selected="true"]')[0].get_attribute("data-task") == "reverse"
+    press(Keys.ARROW_LEFT, Keys.ARROW_LEFT)
+    assert focused() == ["tab", "tag"]  # wraps round
+    press(Keys.HOME)
+    assert focused() == ["tab", "arith"]
+    press(Keys.TAB, Keys.TAB)
+    assert focused()[1] == "n"  # the headers are in the Tab order: config, then n
+    sort = lambda: css(driver, '#board th[data-key="n"]')[0].get_attribute("aria-sort")  # noqa: E731
+    press(Keys.ENTER)
+    assert sort() == "descending" and focused()[1] == "n"
+    press(Keys.SPACE)
+    assert sort() == "ascending"
+    summary = css(driver, ".example .summary")[0]
+    driver.execute_script("arguments[0].focus()", summary)
+    y = driver.execute_script("return scrollY")
+    press(Keys.SPACE)
+    assert summary.get_attribute("aria-expanded") == "true" and driver.execute_script("return scrollY") == y
+    press(Keys.ENTER)
+    assert summary.get_attribute("aria-expanded") == "false"
+
+
 def test_hovering_a_point_names_its_configuration(driver, baseline_page):
     from selenium.webdriver import ActionChains
 

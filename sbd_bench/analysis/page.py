@@ -220,7 +220,7 @@ def page_html(data: dict) -> str:
         f"<style>\n{_asset('report.css')}</style>", "</head>", "<body>",
         f'<header><h1>{title}</h1><div id="banner"></div><div id="provenance"></div></header>',
         '<nav id="tasks" role="tablist" aria-label="task"></nav>',
-        '<main>',
+        '<main id="task-panel" role="tabpanel">',
         '<section id="leaderboard"><h2>Leaderboard</h2><p class="hint">Click a header to sort; 95% intervals in '
         'brackets. <span class="badge ntp">NTP</span> the baseline every speed factor is relative to, '
         '<span class="badge verified">verified</span> output = NTP\'s (<code>verify=on</code>), '

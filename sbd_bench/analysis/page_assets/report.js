@@ -86,11 +86,22 @@
     if (data.failures) say(data.failures + " sample(s) failed: see the errors in report.md and summary.json.");
   }
 
+  /* The task tabs, keyboard as the ARIA tabs pattern has it: one tab in the Tab order (the selected
+     one), arrow keys, Home and End move to a tab and show it. */
   function renderTabs() {
     const nav = document.getElementById("tasks");
+    const select = (i) => { state.task = i; state.page = 0; renderTask(); };
     data.tasks.forEach((task, i) => nav.append(el("button", {
-      type: "button", role: "tab", "data-task": task, text: task,
-      onclick: () => { state.task = i; state.page = 0; renderTask(); },
+      type: "button", role: "tab", "data-task": task, text: task, id: "tab-" + i, "aria-controls": "task-panel",
+      onclick: () => select(i),
+      onkeydown: (e) => {
+        const n = data.tasks.length;
+        const to = { ArrowRight: (i + 1) % n, ArrowLeft: (i - 1 + n) % n, Home: 0, End: n - 1 }[e.key];
+        if (to === undefined) return;
+        e.preventDefault();
+        select(to);
+        document.getElementById("tab-" + to).focus();
+      },
     })));
   }
 
@@ -114,17 +125,19 @@
     const same = state.sort && state.sort.key === key;
     const first = key === "config" ? "ascending" : "descending";  // figures: the largest first
     state.sort = { key, dir: same ? (state.sort.dir === "ascending" ? "descending" : "ascending") : first };
+    const focused = document.activeElement && document.activeElement.closest("#board th");
     renderBoard();
+    if (focused) document.querySelector(`#board th[data-key="${key}"] button`).focus();  // the table was redrawn
   }
   function renderBoard() {
     const table = document.getElementById("board");
     table.textContent = "";
     const columns = [{ key: "config", label: "config", title: "solver configuration" }].concat(data.columns);
+    // each header holds a button: focusable, and Enter or Space clicks it (the click reaches the header)
     table.append(el("thead", {}, el("tr", {}, ...columns.map((c) => el("th", {
-      "data-key": c.key, title: c.title, text: c.label, scope: "col",
-      "aria-sort": state.sort && state.sort.key === c.key ? state.sort.dir : "none",
-      onclick: () => sortBy(c.key),
-    })))));
+      "data-key": c.key, title: c.title, scope: "col",
+      "aria-sort": state.sort && state.sort.key === c.key ? state.sort.dir : "none", onclick: () => sortBy(c.key),
+    }, el("button", { type: "button", class: "sort", text: c.label }))))));
     const body = el("tbody");
     let marked = false;
     for (const row of sortedRows()) {
@@ -382,7 +395,7 @@
     const node = el("div", { class: "example", "data-id": ex.id });
     const detail = el("div", { class: "detail", hidden: true });
     const summary = el("div", { class: "summary", role: "button", tabindex: 0, "aria-expanded": "false",
-      onclick: () => toggle(), onkeydown: (e) => { if (e.key === "Enter") toggle(); } },
+      onclick: () => toggle(), onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); toggle(); } } },
     el("span", { class: "eid", text: ex.id }),
     el("span", { class: "verdicts" }, ...verdictNodes(ex)),
     ex.traced ? el("span", { class: "badge verified", text: "traced" }) : null,
@@ -577,8 +590,11 @@
   // ------------------------------------------------------------------------------------------- page
   function renderTask() {
     for (const tab of document.querySelectorAll("#tasks button")) {
-      tab.setAttribute("aria-selected", String(tab.dataset.task === taskName()));
+      const selected = tab.dataset.task === taskName();
+      tab.setAttribute("aria-selected", String(selected));
+      tab.tabIndex = selected ? 0 : -1;
     }
+    document.getElementById("task-panel").setAttribute("aria-labelledby", "tab-" + state.task);
     renderBoard();
     renderPlot();
     renderExamples();

@@ -419,6 +419,30 @@ def test_timeline_steps_forward(driver, traced_page):
     assert browser.console_errors(driver) == []
 
 
+def test_timeline_strikes_only_the_judged_drafts(driver, baseline_page):
+    """tag test-0, fixed_k:k=16,verify=on: forward 1 drafts output 1-11 ("ss 489 JJJ<eos>", four <pad> after
+    it); forward 2, no block of its own, accepts 7 and rejects the J at output 8: four drafts struck."""
+    browser.load(driver, baseline_page)
+    css(driver, '#tasks button[data-task="tag"]')[0].click()
+    config = "fixed_k:k=16,verify=on"
+    css(driver, '.example[data-id="test-0"] .summary')[0].click()
+    css(driver, f'.example[data-id="test-0"] tr[data-config="{config}"] .show-timeline')[0].click()
+    box = css(driver, ".timeline")[0]
+
+    def cells(kind):
+        return [c.text.split("\n")[0] for c in box.find_elements("css selector", f".tokens .tok{kind}")]
+
+    box.find_element("css selector", ".next").click()
+    assert len(cells(".draft")) == 11 and "<pad>" not in cells(".draft")  # none past the answer's end
+    box.find_element("css selector", ".next").click()
+    assert cells(".rejected") == ["J", "J", "J", "<eos>"]
+    info = box.find_element("css selector", ".step-info").text
+    assert "judged 11 draft(s)" in info and "7 accepted" in info and "3 later draft(s) dropped" in info
+    assert "void" not in info and "no block of its own" in info
+    box.find_element("css selector", ".last").click()
+    assert len(cells("")) == 12 and cells(".future") == [] and cells(".draft") == []
+
+
 def test_outputs_show_their_differences_from_ntp(driver, traced_page):
     browser.load(driver, traced_page)
     css(driver, '.example[data-id="2"] .summary')[0].click()

@@ -468,7 +468,9 @@
       if (isVoid && before) {
         replacedAt = before.start + f.rejected_slot;
         revealedBy.set(replacedAt, { f, slot: null });  // NTP's token, read from this forward
-        if (i === step - 1) rejected = { at: replacedAt, drafts: before.tokens.slice(f.rejected_slot) };
+        // the drafts judged are slots 1..drafted (slot 0 was committed by the block's own forward): what
+        // sat after them (padding past a drafted stop) was never a draft
+        if (i === step - 1) rejected = { at: replacedAt, drafts: before.tokens.slice(f.rejected_slot, f.drafted + 1) };
       }
       if (!isVoid) for (const slot of f.revealed) revealedBy.set(f.start + slot, { f, slot });
       for (const id of f.committed) {
@@ -544,6 +546,7 @@
             continue;
           }
           if (id < 0) { tokens.append(cell("masked", id, `output ${index} · masked` + proxies(f, slot), null, index)); continue; }
+          if (index >= finalLength) continue;  // a draft past the answer's end (after a drafted stop): never judged
           const by = revealer(trace, step, index);
           tokens.append(cell("draft" + (by.n === step ? " now" : ""), id, `output ${index} · token ${id} "${piece(id)}" · revealed by forward ${by.n}, not committed yet`
             + proxies(by, slot), forwardColor(by.n, total), index));
@@ -568,10 +571,11 @@
     const list = (slots) => slots.map((s) => `${f.start + s} "${piece(f.tokens[s])}"` + (f.entropy[s] !== null ? ` (H=${f.entropy[s]})` : "")).join(", ");
     const parts = [`Forward ${f.n} of ${total}: ${kinds[f.kind]}`];
     if (f.size) parts.push(`block at output ${f.start}–${f.start + f.size - 1} (${f.size} slots, ${f.masked.length} masked when it ran)`);
-    else parts.push("a final check of the last drafts, no block");
+    else parts.push("no block of its own: it checks the previous block's drafts, which reached a stop");
     if (f.kind === "verify" && f.drafted) {
       const rejectedText = f.rejected_slot === null || f.rejected_slot === undefined ? "" : previous
-        ? `; the draft "${piece(previous.tokens[f.rejected_slot])}" at output ${previous.start + f.rejected_slot} rejected, NTP's token taken instead: this forward's block is void`
+        ? `; the draft "${piece(previous.tokens[f.rejected_slot])}" at output ${previous.start + f.rejected_slot} rejected, NTP's token taken instead`
+          + (f.size ? ": this forward's block is void" : "") + `; ${f.drafted - f.accepted - 1} later draft(s) dropped`
         : "; a draft rejected";
       parts.push(`judged ${f.drafted} draft(s) of the previous block: ${f.accepted} accepted${rejectedText}`);
     }

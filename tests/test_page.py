@@ -272,7 +272,7 @@ def test_keyboard_alone_sorts_switches_tasks_and_opens_examples(driver, baseline
         return driver.execute_script("""const e = document.activeElement;
             return [e.getAttribute('role'), (e.closest('th') || e).dataset.key || e.dataset.task || e.className];""")
 
-    press(Keys.TAB)
+    press(Keys.TAB, Keys.TAB)  # past the run's details (a <summary>)
     assert focused() == ["tab", "arith"]  # one tab in the Tab order, the selected one
     tab = css(driver, '#tasks button[data-task="arith"]')[0]
     assert css(driver, "#" + tab.get_attribute("aria-controls"))[0].get_attribute("role") == "tabpanel"
@@ -441,6 +441,42 @@ def test_timeline_strikes_only_the_judged_drafts(driver, baseline_page):
     assert "void" not in info and "no block of its own" in info
     box.find_element("css selector", ".last").click()
     assert len(cells("")) == 12 and cells(".future") == [] and cells(".draft") == []
+
+
+def test_small_screens_and_edges(driver, baseline_page, crafted_page):
+    from selenium.webdriver import ActionChains
+
+    size = driver.get_window_size()
+    driver.set_window_size(390, 844)
+    try:
+        browser.load(driver, baseline_page)
+        fit = driver.execute_script("""const t = document.querySelector('#plot-area svg .axis text'), svg = t.ownerSVGElement;
+            return [document.documentElement.scrollWidth, document.documentElement.clientWidth,
+                parseFloat(getComputedStyle(t).fontSize) * svg.getBoundingClientRect().width / svg.viewBox.baseVal.width,
+                document.querySelector('#leaderboard').getBoundingClientRect().top, innerHeight,
+                document.querySelector('#provenance').open];""")
+        assert fit[0] == fit[1], "the page scrolls sideways at 390 px"
+        assert fit[2] >= 10, f"tick labels drawn at {fit[2]:.1f} px"
+        assert fit[3] < fit[4] / 2 and fit[5] is False  # the leaderboard on the first screen, provenance folded
+    finally:
+        driver.set_window_size(size["width"], size["height"])
+    browser.load(driver, baseline_page)
+    # the sticky tab bar leaves a control scrolled to the top of the window (a link, a search) visible
+    switch = css(driver, '#plot button[data-speed="wall"]')[0]
+    driver.execute_script("arguments[0].scrollIntoView()", switch)
+    assert driver.execute_script("""const r = arguments[0].getBoundingClientRect();
+        return document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2) === arguments[0]""", switch)
+    # a tooltip at the window's bottom edge opens above the pointer, inside the window
+    point = css(driver, '#plot-area .point[data-config="fixed_k:k=2"]')[0]
+    driver.execute_script("arguments[0].scrollIntoView({block: 'end'}); window.scrollBy(0, 8)", point)
+    ActionChains(driver).move_to_element(point).perform()
+    tip = driver.execute_script("const r = document.getElementById('tooltip').getBoundingClientRect(); return [r.top, r.bottom, innerHeight]")
+    assert 0 <= tip[0] and tip[1] <= tip[2], tip
+    # a filter that no example passes says so
+    browser.load(driver, crafted_page)
+    css(driver, '#tasks button[data-task="copy"]')[0].click()
+    choose(driver, "#example-filter", "traced")
+    assert css(driver, ".example") == [] and "choose \"all examples\"" in css(driver, "#example-list")[0].text
 
 
 def test_outputs_show_their_differences_from_ntp(driver, traced_page):

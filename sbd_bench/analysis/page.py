@@ -218,7 +218,7 @@ def page_html(data: dict) -> str:
         'style-src \'unsafe-inline\'; script-src \'unsafe-inline\'; img-src data:">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">', f"<title>{title}</title>",
         f"<style>\n{_asset('report.css')}</style>", "</head>", "<body>",
-        f'<header><h1>{title}</h1><div id="banner"></div><div id="provenance"></div></header>',
+        f'<header><h1>{title}</h1><div id="banner"></div><details id="provenance"></details></header>',
         '<nav id="tasks" role="tablist" aria-label="task"></nav>',
         '<main id="task-panel" role="tabpanel">',
         '<section id="leaderboard"><h2>Leaderboard</h2><p class="hint">Click a header to sort; 95% intervals in '

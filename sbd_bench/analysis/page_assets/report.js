@@ -74,7 +74,10 @@
 
   // --------------------------------------------------------------------------- provenance, banners
   function renderHeader() {
-    const box = document.getElementById("provenance");
+    const details = document.getElementById("provenance"), box = el("div", { class: "grid" });
+    const fact = (key) => (data.provenance.find(([k]) => k === key) || [])[1];
+    details.append(el("summary", { text: "Run: " + [fact("model_path"), fact("git_commit") && "commit " + String(fact("git_commit")).slice(0, 10),
+      fact("device_name") || fact("device"), fact("dtype"), fact("started")].filter(Boolean).join(" · ") + " (details)" }), box);
     for (const [key, value] of data.provenance.concat(data.settings)) {
       const text = Array.isArray(value) ? value.join(", ") : String(value);
       box.append(el("div", { class: key === "command" ? "wide" : null, title: text }, el("b", { text: key + ": " }), text));
@@ -174,14 +177,16 @@
     area.textContent = "";
     const key = "speed_factor_" + state.speed;
     const points = data.rows.filter((r) => r.task === state.task && r.values.accuracy !== null && r.values[key] !== null);
-    const W = 780, H = 430, m = { l: 58, r: 24, t: 14, b: 46 };
+    // drawn at the width it is shown at (780 at most), so that its text stays 11 px on a phone too
+    const W = Math.round(Math.max(300, Math.min(780, area.clientWidth || 780))), H = Math.round(Math.min(430, 0.62 * W + 90));
+    const m = { l: 52, r: 16, t: 14, b: 46 };
     const xMax = Math.max(1, ...points.map((r) => Math.max(r.values[key], r.bounds[key] ? r.bounds[key][1] : 0))) * 1.08;
     const X = (v) => m.l + (v / xMax) * (W - m.l - m.r);
     const Y = (v) => m.t + (1 - (v + 4) / 108) * (H - m.t - m.b);  // -4%..104%: room for markers at 0 and 100
     const plot = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img",
       "aria-label": `accuracy against ${state.speed} speed factor, ${taskName()}` });
     const grid = svg("g", { class: "grid" }), axis = svg("g", { class: "axis" });
-    const step = niceStep(xMax, 10);
+    const step = niceStep(xMax, W < 520 ? 5 : 10);
     for (let v = 0; v <= xMax + 1e-9; v += step) {
       grid.append(svg("line", { x1: X(v), x2: X(v), y1: Y(-4), y2: Y(104) }));
       axis.append(svg("text", { x: X(v), y: H - m.b + 16, "text-anchor": "middle" }, document.createTextNode(+v.toFixed(2) + "x")));
@@ -194,7 +199,8 @@
     axis.append(svg("line", { x1: X(1), x2: X(1), y1: Y(-4), y2: Y(104), "stroke-dasharray": "2 3" }));
     const speedName = state.speed === "nfe" ? "NFE" : "wall-clock, decode";
     axis.append(svg("text", { x: (X(0) + X(xMax)) / 2, y: H - 8, "text-anchor": "middle" },
-      document.createTextNode(`speed factor relative to NTP (${speedName}); dotted: NTP, 1x`)));
+      document.createTextNode(W < 520 ? `speed factor vs NTP (${state.speed === "nfe" ? "NFE" : "wall"}); dotted: 1x`
+        : `speed factor relative to NTP (${speedName}); dotted: NTP, 1x`)));
     axis.append(svg("text", { x: 14, y: (Y(0) + Y(100)) / 2, "text-anchor": "middle",
       transform: `rotate(-90 14 ${(Y(0) + Y(100)) / 2})` }, document.createTextNode("accuracy (%)")));
     plot.append(grid, axis);
@@ -258,7 +264,9 @@
     const box = event.target.getBoundingClientRect();
     const x = event.pageX || box.right + window.scrollX, y = event.pageY || box.bottom + window.scrollY;
     tip.style.left = Math.min(x + 14, window.scrollX + document.documentElement.clientWidth - tip.offsetWidth - 8) + "px";
-    tip.style.top = y + 14 + "px";
+    // below the pointer, or above it where the window ends first
+    const below = y + 14 + tip.offsetHeight <= window.scrollY + document.documentElement.clientHeight - 4;
+    tip.style.top = (below ? y + 14 : Math.max(window.scrollY + 4, y - 14 - tip.offsetHeight)) + "px";
   }
   function hideTooltip(event) {
     document.getElementById("tooltip").hidden = true;
@@ -363,6 +371,10 @@
     const list = document.getElementById("example-list");
     list.textContent = "";
     for (const ex of shown.slice(state.page * data.per_page, (state.page + 1) * data.per_page)) list.append(exampleNode(ex));
+    if (!shown.length) {
+      list.append(el("p", { class: "empty", text: all.length ? `No example of ${taskName()} is "${FILTERS[state.filter][0]}": choose "all examples" to see all ${all.length}.`
+        : `This run holds no example of ${taskName()}.` }));
+    }
   }
   /* A verdict square's kind, and the glyph that tells it apart without colour. */
   const VERDICTS = { true: "✓", false: "✗", null: "–", error: "!", none: "" };
@@ -606,9 +618,21 @@
   for (const button of document.querySelectorAll("#plot .switch button")) {
     button.addEventListener("click", () => { state.speed = button.dataset.speed; renderPlot(); });
   }
+  // what scrolls into view lands below the sticky tab bar, however many lines its tabs take
+  const padTop = () => { document.documentElement.style.scrollPaddingTop = document.getElementById("tasks").offsetHeight + 8 + "px"; };
+  let drawnWidth = document.getElementById("plot-area").clientWidth, resizing = null;
+  window.addEventListener("resize", () => {  // redraw the plot at its new width (once the resizing settles)
+    clearTimeout(resizing);
+    resizing = setTimeout(() => {
+      padTop();
+      const width = document.getElementById("plot-area").clientWidth;
+      if (width !== drawnWidth) { drawnWidth = width; renderPlot(); }
+    }, 120);
+  });
   renderHeader();
   renderTabs();
   renderTask();
+  padTop();
   window.sbdReport = { ready: true, loadMs: performance.now(), diff };
   document.body.dataset.ready = "true";
 })();

@@ -19,7 +19,7 @@ from measure_fixtures import crafted_record, crafted_run, standard_records
 from sbd_bench.analysis import page
 from sbd_bench.analysis.metrics import summarize
 from sbd_bench.analysis.records import RunFolderError, load_run
-from sbd_bench.analysis.report import ordered, write_report
+from sbd_bench.analysis.report import main_table, markdown, ordered, write_report
 from sbd_bench.analysis.traces import read_traces, trace_problems
 from sbd_bench.cli import main
 
@@ -63,6 +63,25 @@ def test_page_is_one_file_holding_the_rows(tmp_path):
     assert any(shown["bounds"] for shown in data["rows"])
     assert [c["name"] for c in data["configs"] if c["ntp"]] == ["ntp"]
     assert "Interactive: [report.html](report.html)" in (run / "report.md").read_text()
+
+
+def test_summary_matrix_and_headline(tmp_path):
+    records = standard_records()
+    rows = ordered(summarize(records))
+    data = page.page_data("x", {"provenance": {}}, records, rows, [])
+    names = [c["name"] for c in data["configs"]]
+    assert [[names[i], *cells] for i, *cells in data["matrix"]] == main_table(rows)[1]  # report.md's main table
+    # entropy_bounded keeps NTP's 100% (mean of 8/4, 9/4, 10/5, 11/5, 12/6 = 2.09x); fixed_k, faster, loses accuracy
+    assert data["headline"] == ("Fastest (NFE speed factor) at NTP's accuracy or above: arith 2.09x "
+                                "entropy_bounded:gamma=0.35,proxy=entropy; copy 2.09x entropy_bounded:gamma=0.35,proxy=entropy.")
+    for r in records:
+        r["correct"] = r["correct"] and r["solver"] == "ntp"
+    assert page.headline(ordered(summarize(records)), ["arith"]) == \
+        "Fastest (NFE speed factor) at NTP's accuracy or above: arith: none keeps NTP's accuracy."
+    run = crafted_run(tmp_path / "run", standard_records())
+    write_report(run)  # the page links the CSV tables written beside it
+    assert embedded(run / "report.html")["links"] == ["table.csv", "rows.csv"]
+    assert 'href="table.csv"' not in (run / "report.html").read_text()  # drawn by the script, from "links"
 
 
 def test_configurations_marked_verified_and_sampled(tmp_path):
@@ -241,6 +260,32 @@ def test_every_row_shows_summary_json_figures(driver, baseline_page):
     assert browser.console_errors(driver) == []
 
 
+def test_summary_on_top_links_and_copies_markdown(driver, tmp_path):
+    run = crafted_run(tmp_path / "run", standard_records())
+    write_report(run)
+    browser.load(driver, run / "report.html")
+    order = driver.execute_script("return [...document.querySelectorAll('body section, body nav')].map((e) => e.id)")
+    assert order[:2] == ["summary", "tasks"]  # before the task tabs: it is every task's
+    shown = driver.execute_script("""return [...document.querySelectorAll('#matrix tbody tr')].map((tr) =>
+        [tr.dataset.config, ...[...tr.querySelectorAll('td')].slice(1).map((td) => td.textContent)]);""")
+    rows = ordered(summarize(standard_records()))
+    assert shown == main_table(rows)[1]
+    assert css(driver, "#headline")[0].text.startswith("Fastest (NFE speed factor) at NTP's accuracy or above: arith")
+    assert [a.get_attribute("href").rsplit("/", 1)[-1] for a in css(driver, "#summary-links a")] == ["table.csv", "rows.csv"]
+    assert all((run / name).is_file() for name in ("table.csv", "rows.csv"))
+    css(driver, '#summary .to-task[data-task="copy"]')[0].click()
+    assert css(driver, '#tasks button[aria-selected="true"]')[0].get_attribute("data-task") == "copy"
+    css(driver, '#board th[data-key="speed_factor_nfe"]')[0].click()
+    css(driver, "#summary .copy-board")[0].click()
+    text = css(driver, "#copied")[0].get_attribute("value").splitlines()
+    assert text[0].startswith("| config | n | errors | accuracy % |") and set(text[1]) == {"|", "-"}
+    assert [line.split(" | ")[0][2:] for line in text[2:]] == \
+        [tr.get_attribute("data-config") for tr in css(driver, "#board tbody tr")]  # in the order shown
+    assert text[2].startswith("| fixed_k:k=4 | 5 | 0 | 60.0 [") and len(text) == 5  # the fastest first
+    css(driver, "#summary .copy-summary")[0].click()
+    assert css(driver, "#copied")[0].get_attribute("value") == markdown(*main_table(rows))
+
+
 def test_leaderboard_sorts_on_a_click(driver, baseline_page):
     browser.load(driver, baseline_page)
 
@@ -272,7 +317,10 @@ def test_keyboard_alone_sorts_switches_tasks_and_opens_examples(driver, baseline
         return driver.execute_script("""const e = document.activeElement;
             return [e.getAttribute('role'), (e.closest('th') || e).dataset.key || e.dataset.task || e.className];""")
 
-    press(Keys.TAB, Keys.TAB)  # past the run's details (a <summary>)
+    for _ in range(12):  # past the run's details and the summary's buttons
+        press(Keys.TAB)
+        if focused()[0] == "tab":
+            break
     assert focused() == ["tab", "arith"]  # one tab in the Tab order, the selected one
     tab = css(driver, '#tasks button[data-task="arith"]')[0]
     assert css(driver, "#" + tab.get_attribute("aria-controls"))[0].get_attribute("role") == "tabpanel"
@@ -453,11 +501,11 @@ def test_small_screens_and_edges(driver, baseline_page, crafted_page):
         fit = driver.execute_script("""const t = document.querySelector('#plot-area svg .axis text'), svg = t.ownerSVGElement;
             return [document.documentElement.scrollWidth, document.documentElement.clientWidth,
                 parseFloat(getComputedStyle(t).fontSize) * svg.getBoundingClientRect().width / svg.viewBox.baseVal.width,
-                document.querySelector('#leaderboard').getBoundingClientRect().top, innerHeight,
+                document.querySelector('#headline').getBoundingClientRect().bottom, innerHeight,
                 document.querySelector('#provenance').open];""")
         assert fit[0] == fit[1], "the page scrolls sideways at 390 px"
         assert fit[2] >= 10, f"tick labels drawn at {fit[2]:.1f} px"
-        assert fit[3] < fit[4] / 2 and fit[5] is False  # the leaderboard on the first screen, provenance folded
+        assert fit[3] < fit[4] / 2 and fit[5] is False  # the summary's headline on the first screen, provenance folded
     finally:
         driver.set_window_size(size["width"], size["height"])
     browser.load(driver, baseline_page)

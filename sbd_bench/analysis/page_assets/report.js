@@ -91,9 +91,10 @@
 
   /* The task tabs, keyboard as the ARIA tabs pattern has it: one tab in the Tab order (the selected
      one), arrow keys, Home and End move to a tab and show it. */
+  function selectTask(i) { state.task = i; state.page = 0; renderTask(); }
   function renderTabs() {
     const nav = document.getElementById("tasks");
-    const select = (i) => { state.task = i; state.page = 0; renderTask(); };
+    const select = selectTask;
     data.tasks.forEach((task, i) => nav.append(el("button", {
       type: "button", role: "tab", "data-task": task, text: task, id: "tab-" + i, "aria-controls": "task-panel",
       onclick: () => select(i),
@@ -106,6 +107,55 @@
         document.getElementById("tab-" + to).focus();
       },
     })));
+  }
+
+  // ------------------------------------------------------------------------- cross-task summary
+  /* report.md's main table (configurations x tasks, "accuracy / NFE speed factor"), the headline above
+     it, the CSV files beside the page, and "copy as Markdown" of it or of the task's leaderboard. */
+  function markdownTable(header, body) {
+    const line = (cells) => "| " + cells.map((c) => String(c).replace(/\|/g, "\\|")).join(" | ") + " |";
+    return [line(header), "|" + header.map(() => "---|").join(""), ...body.map(line)].join("\n");
+  }
+  function summaryMarkdown() {
+    return markdownTable(["config", ...data.tasks], data.matrix.map(([i, ...cells]) => [data.configs[i].name, ...cells]));
+  }
+  function boardMarkdown() {
+    return markdownTable(["config", ...data.columns.map((c) => c.label)], sortedRows().map((r) => [data.configs[r.config].name,
+      ...data.columns.map((c) => r.texts[c.key] + (r.intervals[c.key] ? " " + r.intervals[c.key] : ""))]));
+  }
+  function copyText(text, what) {
+    const box = document.getElementById("copied");
+    box.hidden = false;
+    box.value = text;
+    box.dataset.what = what;
+    box.select();
+    const said = document.getElementById("copy-status");
+    const done = () => { said.textContent = `${what} copied as Markdown (also in the box below)`; };
+    if (navigator.clipboard && navigator.clipboard.writeText) {
+      navigator.clipboard.writeText(text).then(done, () => { said.textContent = `${what} as Markdown in the box below: the browser refused the clipboard`; });
+    } else {
+      try { document.execCommand("copy"); done(); } catch (e) { said.textContent = `${what} as Markdown in the box below`; }
+    }
+  }
+  function renderSummary() {
+    document.getElementById("headline").textContent = data.headline;
+    const table = document.getElementById("matrix");
+    table.append(el("thead", {}, el("tr", {}, el("th", { text: "config", scope: "col" }),
+      ...data.tasks.map((task, t) => el("th", { scope: "col" }, el("button", { type: "button", class: "to-task", "data-task": task,
+        text: task, title: `show ${task}'s leaderboard, plot and examples`,
+        onclick: () => { selectTask(t); document.getElementById("leaderboard").scrollIntoView(); } }))))));
+    table.append(el("tbody", {}, ...data.matrix.map(([i, ...cells]) => el("tr", { "data-config": data.configs[i].name,
+      class: data.configs[i].ntp ? "ntp" : null },
+    el("td", {}, swatch(i), data.configs[i].name, ...badges(data.configs[i])), ...cells.map((c) => el("td", { text: c }))))));
+    const tools = document.getElementById("summary-links");
+    if (data.links.length) {
+      tools.append("Beside this page: ", ...data.links.flatMap((name, k) => [k ? ", " : "", el("a", { href: name, text: name })]), ". ");
+    }
+    tools.append("Copy as Markdown: ",
+      el("button", { type: "button", class: "copy-summary", text: "this summary", onclick: () => copyText(summaryMarkdown(), "the summary") }), " ",
+      el("button", { type: "button", class: "copy-board", text: "the task's leaderboard", onclick: () => copyText(boardMarkdown(), taskName() + "'s leaderboard") }),
+      el("span", { id: "copy-status", class: "hint", role: "status" }),
+      el("textarea", { id: "copied", readonly: true, hidden: true, rows: 6, "aria-label": "the copied Markdown" }));
   }
 
   // ------------------------------------------------------------------------------------ leaderboard
@@ -630,6 +680,7 @@
     }, 120);
   });
   renderHeader();
+  renderSummary();
   renderTabs();
   renderTask();
   padTop();

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 import trace_fixtures as tf
-from measure_fixtures import crafted_run, standard_records
+from measure_fixtures import crafted_record, crafted_run, standard_records
 from sbd_bench.analysis import page
 from sbd_bench.analysis.metrics import summarize
 from sbd_bench.analysis.records import RunFolderError, load_run
-from sbd_bench.analysis.report import ordered, write_report
+from sbd_bench.analysis.report import main_table, markdown, ordered, write_report
 from sbd_bench.analysis.traces import read_traces, trace_problems
 from sbd_bench.cli import main
 
@@ -57,8 +57,31 @@ def test_page_is_one_file_holding_the_rows(tmp_path):
         [(r["task"], r["config"]) for r in rows]
     for shown, row in zip(data["rows"], rows):
         assert shown["values"] == {c["key"]: row.get(c["key"]) for c in data["columns"]}
+        # the 95% intervals the plot's whiskers are drawn from
+        assert shown["bounds"] == {key: [row[lo], row[hi]] for key, _, _, (lo, hi), _ in
+                                   [c for c in page.columns_of(rows) if c[3]] if row.get(lo) is not None}
+    assert any(shown["bounds"] for shown in data["rows"])
     assert [c["name"] for c in data["configs"] if c["ntp"]] == ["ntp"]
     assert "Interactive: [report.html](report.html)" in (run / "report.md").read_text()
+
+
+def test_summary_matrix_and_headline(tmp_path):
+    records = standard_records()
+    rows = ordered(summarize(records))
+    data = page.page_data("x", {"provenance": {}}, records, rows, [])
+    names = [c["name"] for c in data["configs"]]
+    assert [[names[i], *cells] for i, *cells in data["matrix"]] == main_table(rows)[1]  # report.md's main table
+    # entropy_bounded keeps NTP's 100% (mean of 8/4, 9/4, 10/5, 11/5, 12/6 = 2.09x); fixed_k, faster, loses accuracy
+    assert data["headline"] == ("Fastest (NFE speed factor) at NTP's accuracy or above: arith 2.09x "
+                                "entropy_bounded:gamma=0.35,proxy=entropy; copy 2.09x entropy_bounded:gamma=0.35,proxy=entropy.")
+    for r in records:
+        r["correct"] = r["correct"] and r["solver"] == "ntp"
+    assert page.headline(ordered(summarize(records)), ["arith"]) == \
+        "Fastest (NFE speed factor) at NTP's accuracy or above: arith: none keeps NTP's accuracy."
+    run = crafted_run(tmp_path / "run", standard_records())
+    write_report(run)  # the page links the CSV tables written beside it
+    assert embedded(run / "report.html")["links"] == ["table.csv", "rows.csv"]
+    assert 'href="table.csv"' not in (run / "report.html").read_text()  # drawn by the script, from "links"
 
 
 def test_configurations_marked_verified_and_sampled(tmp_path):
@@ -88,8 +111,8 @@ def test_outputs_past_the_budget_show_verdicts_only(tmp_path, monkeypatch):
     data = page.page_data("run", summary, records, rows, read_traces(run / "traces.jsonl"))
     full = {ex["id"]: ex["full"] for ex in data["examples"]["copy"]}
     assert full == {"0": True, "1": False, "2": False} and data["omitted"] == 2
-    assert all(cell[5] is None for ex in data["examples"]["copy"][1:] for cell in ex["cells"])
-    assert data["examples"]["copy"][1]["cells"][0][:5] == [True, 5, 5, 1, 1]  # verdicts and counts stay
+    assert all(sample[4] is None for ex in data["examples"]["copy"][1:] for cell in ex["cells"] for sample in cell)
+    assert data["examples"]["copy"][1]["cells"][0] == [[0, True, 5, 5, None, None]]  # verdicts and counts stay
 
 
 def test_hand_written_traces_add_up_to_their_records(tmp_path):
@@ -160,6 +183,39 @@ def traced_page(tmp_path_factory):
     return write_run_page(run, run)
 
 
+def crafted_records() -> list[dict]:
+    """standard_records with every verdict kind on arith (example 1: a configuration without verdict,
+    2: one that raised, 3: one not decoded) and a sampled configuration, 3 samples per example, whose
+    sample 1 of example 0 alone is wrong."""
+    records = []
+    for r in standard_records():
+        where = (r["task"], r["id"], r["config"].split(":")[0])
+        if where == ("arith", "3", "entropy_bounded"):
+            continue
+        if where == ("arith", "1", "entropy_bounded"):
+            r["correct"] = None
+        if where == ("arith", "2", "fixed_k"):
+            r["correct"], r["error"] = None, "RuntimeError: boom"
+        records.append(r)
+    for i in range(5):
+        for sample in range(3):
+            r = crafted_record(SAMPLED, "arith", str(i), nfe=5, tokens=8 + i, correct=(i, sample) != (0, 1),
+                               decode_time_s=0.02)
+            r.update(params={"k": 2, "temperature": 0.7}, sample=sample, seed=sample,
+                     output_text="y" * (8 + i) + str(sample))
+            records.append(r)
+    return records
+
+
+SAMPLED = "fixed_k:k=2,temperature=0.7"
+
+
+@pytest.fixture(scope="module")
+def crafted_page(tmp_path_factory):
+    run = crafted_run(tmp_path_factory.mktemp("crafted") / "run", crafted_records())
+    return write_run_page(run, run)
+
+
 def page_problems(driver, path: Path) -> list[str]:
     """What a person would notice at once: errors in the console, requests leaving the file, no page."""
     browser.load(driver, path)
@@ -172,6 +228,13 @@ def page_problems(driver, path: Path) -> list[str]:
 
 def css(driver, selector):
     return driver.find_elements("css selector", selector)
+
+
+def choose(driver, selector, value):
+    """Pick ``value`` in the <select> at ``selector``, as a person does."""
+    from selenium.webdriver.support.ui import Select
+
+    Select(css(driver, selector)[0]).select_by_value(value)
 
 
 def test_every_row_shows_summary_json_figures(driver, baseline_page):
@@ -197,6 +260,32 @@ def test_every_row_shows_summary_json_figures(driver, baseline_page):
     assert browser.console_errors(driver) == []
 
 
+def test_summary_on_top_links_and_copies_markdown(driver, tmp_path):
+    run = crafted_run(tmp_path / "run", standard_records())
+    write_report(run)
+    browser.load(driver, run / "report.html")
+    order = driver.execute_script("return [...document.querySelectorAll('body section, body nav')].map((e) => e.id)")
+    assert order[:2] == ["summary", "tasks"]  # before the task tabs: it is every task's
+    shown = driver.execute_script("""return [...document.querySelectorAll('#matrix tbody tr')].map((tr) =>
+        [tr.dataset.config, ...[...tr.querySelectorAll('td')].slice(1).map((td) => td.textContent)]);""")
+    rows = ordered(summarize(standard_records()))
+    assert shown == main_table(rows)[1]
+    assert css(driver, "#headline")[0].text.startswith("Fastest (NFE speed factor) at NTP's accuracy or above: arith")
+    assert [a.get_attribute("href").rsplit("/", 1)[-1] for a in css(driver, "#summary-links a")] == ["table.csv", "rows.csv"]
+    assert all((run / name).is_file() for name in ("table.csv", "rows.csv"))
+    css(driver, '#summary .to-task[data-task="copy"]')[0].click()
+    assert css(driver, '#tasks button[aria-selected="true"]')[0].get_attribute("data-task") == "copy"
+    css(driver, '#board th[data-key="speed_factor_nfe"]')[0].click()
+    css(driver, "#summary .copy-board")[0].click()
+    text = css(driver, "#copied")[0].get_attribute("value").splitlines()
+    assert text[0].startswith("| config | n | errors | accuracy % |") and set(text[1]) == {"|", "-"}
+    assert [line.split(" | ")[0][2:] for line in text[2:]] == \
+        [tr.get_attribute("data-config") for tr in css(driver, "#board tbody tr")]  # in the order shown
+    assert text[2].startswith("| fixed_k:k=4 | 5 | 0 | 60.0 [") and len(text) == 5  # the fastest first
+    css(driver, "#summary .copy-summary")[0].click()
+    assert css(driver, "#copied")[0].get_attribute("value") == markdown(*main_table(rows))
+
+
 def test_leaderboard_sorts_on_a_click(driver, baseline_page):
     browser.load(driver, baseline_page)
 
@@ -214,6 +303,48 @@ def test_leaderboard_sorts_on_a_click(driver, baseline_page):
     css(driver, '#board th[data-key="config"]')[0].click()
     names = [tr.get_attribute("data-config") for tr in css(driver, "#board tbody tr")]
     assert names == sorted(names)
+
+
+def test_keyboard_alone_sorts_switches_tasks_and_opens_examples(driver, baseline_page):
+    from selenium.webdriver import ActionChains, Keys
+
+    browser.load(driver, baseline_page)
+
+    def press(*keys):
+        ActionChains(driver).send_keys(*keys).perform()
+
+    def focused():
+        return driver.execute_script("""const e = document.activeElement;
+            return [e.getAttribute('role'), (e.closest('th') || e).dataset.key || e.dataset.task || e.className];""")
+
+    for _ in range(12):  # past the run's details and the summary's buttons
+        press(Keys.TAB)
+        if focused()[0] == "tab":
+            break
+    assert focused() == ["tab", "arith"]  # one tab in the Tab order, the selected one
+    tab = css(driver, '#tasks button[data-task="arith"]')[0]
+    assert css(driver, "#" + tab.get_attribute("aria-controls"))[0].get_attribute("role") == "tabpanel"
+    press(Keys.ARROW_RIGHT)
+    assert focused() == ["tab", "reverse"]
+    assert css(driver, '#tasks button[aria-selected="true"]')[0].get_attribute("data-task") == "reverse"
+    press(Keys.ARROW_LEFT, Keys.ARROW_LEFT)
+    assert focused() == ["tab", "tag"]  # wraps round
+    press(Keys.HOME)
+    assert focused() == ["tab", "arith"]
+    press(Keys.TAB, Keys.TAB)
+    assert focused()[1] == "n"  # the headers are in the Tab order: config, then n
+    sort = lambda: css(driver, '#board th[data-key="n"]')[0].get_attribute("aria-sort")  # noqa: E731
+    press(Keys.ENTER)
+    assert sort() == "descending" and focused()[1] == "n"
+    press(Keys.SPACE)
+    assert sort() == "ascending"
+    summary = css(driver, ".example .summary")[0]
+    driver.execute_script("arguments[0].focus()", summary)
+    y = driver.execute_script("return scrollY")
+    press(Keys.SPACE)
+    assert summary.get_attribute("aria-expanded") == "true" and driver.execute_script("return scrollY") == y
+    press(Keys.ENTER)
+    assert summary.get_attribute("aria-expanded") == "false"
 
 
 def test_hovering_a_point_names_its_configuration(driver, baseline_page):
@@ -238,6 +369,64 @@ def test_hovering_a_point_names_its_configuration(driver, baseline_page):
         ActionChains(driver).move_by_offset(0, 200).perform()
         assert not tooltip.is_displayed()
     assert "confidence:tau=0.9" in fronts["nfe"]["arith"] and "fixed_k:k=2" not in fronts["nfe"]["arith"]
+
+
+def test_plot_draws_the_95_percent_intervals(driver, baseline_page):
+    browser.load(driver, baseline_page)
+    rows = {r["config"]: r for r in json.loads((ROOT / "results" / "baseline" / "summary.json").read_text())["rows"]
+            if r["task"] == "arith"}
+    for speed in ("nfe", "wall"):
+        css(driver, f'#plot button[data-speed="{speed}"]')[0].click()
+        whiskers = driver.execute_script("""return [...document.querySelectorAll('#plot-area .whisker')].map((w) =>
+            [w.dataset.config, w.dataset.axis, ...['x1', 'x2', 'y1', 'y2'].map((a) => +w.getAttribute(a))]);""")
+        marks = {c: 2 for c, r in rows.items() if r.get("accuracy_lo") is not None}
+        assert sorted(w[0] for w in whiskers) == sorted(c for c, n in marks.items() for _ in range(n))
+        # each whisker spans its row's interval: pixels per unit the same for every configuration (one axis)
+        per_unit = {axis: [abs(w[2 + 2 * (axis == "y")] - w[3 + 2 * (axis == "y")]) /
+                           (rows[w[0]][f"{key}_hi"] - rows[w[0]][f"{key}_lo"])
+                           for w in whiskers if w[1] == axis and rows[w[0]][f"{key}_hi"] > rows[w[0]][f"{key}_lo"]]
+                    for axis, key in (("x", f"speed_factor_{speed}"), ("y", "accuracy"))}
+        for axis, scales in per_unit.items():
+            assert len(scales) >= 8 and max(scales) - min(scales) < 1e-6 * max(scales), (speed, axis, scales)
+
+
+def test_verdicts_told_apart_without_colour(driver, crafted_page, baseline_page):
+    assert page_problems(driver, crafted_page) == []
+    squares = driver.execute_script("""return [...document.querySelectorAll('.example .verdicts .v')].map((v) =>
+        [v.dataset.verdict, v.textContent, getComputedStyle(v).backgroundColor, getComputedStyle(v).borderStyle]);""")
+    kinds = {kind: (glyph, colour, border) for kind, glyph, colour, border in squares}
+    assert set(kinds) == {"true", "false", "null", "error", "none"}
+    glyphs = [glyph for glyph, _, _ in kinds.values()]
+    assert len(set(glyphs)) == 5 and "" in glyphs  # a glyph each ("not decoded": an empty, dashed square)
+    assert len({(colour, border) for _, colour, border in kinds.values()}) == 5  # and two distinct greys
+    # configurations: one colour scheme of nine colours, then the fill; shape says NTP / verified / other
+    browser.load(driver, baseline_page)
+    swatches = driver.execute_script("""return [...document.querySelectorAll('#board tbody td[data-key=config]')].map((td) =>
+        [td.parentNode.dataset.config, ...['color', 'fill', 'shape'].map((k) => td.querySelector('.swatch').dataset[k])]);""")
+    assert len(swatches) == 16 and len({tuple(s[1:3]) for s in swatches}) == 16  # the 16 arith configurations
+    assert len({s[1] for s in swatches}) == 9 and {s[2] for s in swatches} == {"solid", "hollow"}
+    assert [s[0] for s in swatches if s[3] == "square"] == ["ntp"]
+    assert all((s[3] == "diamond") == ("verify=on" in s[0]) for s in swatches if s[0] != "ntp")
+    points = driver.execute_script("""return [...document.querySelectorAll('#plot-area .point')].map((p) =>
+        [p.dataset.config, p.dataset.color, p.dataset.fill]);""")
+    assert sorted(map(tuple, points)) == sorted(tuple(s[:3]) for s in swatches)  # the plot's markers = the legend's
+
+
+def test_every_sample_of_a_sampled_run_is_shown(driver, crafted_page):
+    browser.load(driver, crafted_page)
+
+    def squares(eid):
+        return [v.text for v in css(driver, f'.example[data-id="{eid}"] .vgroup[data-config="{SAMPLED}"] .v')]
+
+    assert squares("0") == ["✓", "✗", "✓"] and squares("4") == ["✓", "✓", "✓"]  # sample 1 of example 0 is wrong
+    choose(driver, "#example-filter", "wrong")
+    assert "0" in [e.get_attribute("data-id") for e in css(driver, ".example")]
+    choose(driver, "#example-filter", "all")
+    css(driver, '.example[data-id="0"] .summary')[0].click()
+    rows = css(driver, f'.example[data-id="0"] tr[data-config="{SAMPLED}"]')
+    assert [r.get_attribute("data-sample") for r in rows] == ["0", "1", "2"]
+    assert [r.find_elements("css selector", "td")[1].text for r in rows] == ["✓", "✗", "✓"]
+    assert [r.find_elements("css selector", ".output")[0].text for r in rows] == [f"yyyyyyyy{s}" for s in range(3)]
 
 
 def test_timeline_steps_forward(driver, traced_page):
@@ -276,6 +465,66 @@ def test_timeline_steps_forward(driver, traced_page):
     step(box)
     assert cells(box, ".revoked") == ["q"]
     assert browser.console_errors(driver) == []
+
+
+def test_timeline_strikes_only_the_judged_drafts(driver, baseline_page):
+    """tag test-0, fixed_k:k=16,verify=on: forward 1 drafts output 1-11 ("ss 489 JJJ<eos>", four <pad> after
+    it); forward 2, no block of its own, accepts 7 and rejects the J at output 8: four drafts struck."""
+    browser.load(driver, baseline_page)
+    css(driver, '#tasks button[data-task="tag"]')[0].click()
+    config = "fixed_k:k=16,verify=on"
+    css(driver, '.example[data-id="test-0"] .summary')[0].click()
+    css(driver, f'.example[data-id="test-0"] tr[data-config="{config}"] .show-timeline')[0].click()
+    box = css(driver, ".timeline")[0]
+
+    def cells(kind):
+        return [c.text.split("\n")[0] for c in box.find_elements("css selector", f".tokens .tok{kind}")]
+
+    box.find_element("css selector", ".next").click()
+    assert len(cells(".draft")) == 11 and "<pad>" not in cells(".draft")  # none past the answer's end
+    box.find_element("css selector", ".next").click()
+    assert cells(".rejected") == ["J", "J", "J", "<eos>"]
+    info = box.find_element("css selector", ".step-info").text
+    assert "judged 11 draft(s)" in info and "7 accepted" in info and "3 later draft(s) dropped" in info
+    assert "void" not in info and "no block of its own" in info
+    box.find_element("css selector", ".last").click()
+    assert len(cells("")) == 12 and cells(".future") == [] and cells(".draft") == []
+
+
+def test_small_screens_and_edges(driver, baseline_page, crafted_page):
+    from selenium.webdriver import ActionChains
+
+    size = driver.get_window_size()
+    driver.set_window_size(390, 844)
+    try:
+        browser.load(driver, baseline_page)
+        fit = driver.execute_script("""const t = document.querySelector('#plot-area svg .axis text'), svg = t.ownerSVGElement;
+            return [document.documentElement.scrollWidth, document.documentElement.clientWidth,
+                parseFloat(getComputedStyle(t).fontSize) * svg.getBoundingClientRect().width / svg.viewBox.baseVal.width,
+                document.querySelector('#headline').getBoundingClientRect().bottom, innerHeight,
+                document.querySelector('#provenance').open];""")
+        assert fit[0] == fit[1], "the page scrolls sideways at 390 px"
+        assert fit[2] >= 10, f"tick labels drawn at {fit[2]:.1f} px"
+        assert fit[3] < fit[4] / 2 and fit[5] is False  # the summary's headline on the first screen, provenance folded
+    finally:
+        driver.set_window_size(size["width"], size["height"])
+    browser.load(driver, baseline_page)
+    # the sticky tab bar leaves a control scrolled to the top of the window (a link, a search) visible
+    switch = css(driver, '#plot button[data-speed="wall"]')[0]
+    driver.execute_script("arguments[0].scrollIntoView()", switch)
+    assert driver.execute_script("""const r = arguments[0].getBoundingClientRect();
+        return document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2) === arguments[0]""", switch)
+    # a tooltip at the window's bottom edge opens above the pointer, inside the window
+    point = css(driver, '#plot-area .point[data-config="fixed_k:k=2"]')[0]
+    driver.execute_script("arguments[0].scrollIntoView({block: 'end'}); window.scrollBy(0, 8)", point)
+    ActionChains(driver).move_to_element(point).perform()
+    tip = driver.execute_script("const r = document.getElementById('tooltip').getBoundingClientRect(); return [r.top, r.bottom, innerHeight]")
+    assert 0 <= tip[0] and tip[1] <= tip[2], tip
+    # a filter that no example passes says so
+    browser.load(driver, crafted_page)
+    css(driver, '#tasks button[data-task="copy"]')[0].click()
+    choose(driver, "#example-filter", "traced")
+    assert css(driver, ".example") == [] and "choose \"all examples\"" in css(driver, "#example-list")[0].text
 
 
 def test_outputs_show_their_differences_from_ntp(driver, traced_page):

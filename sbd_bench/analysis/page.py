@@ -24,12 +24,13 @@ from pathlib import Path
 from .metrics import BASELINE_SOLVER, is_verified, ntp_mismatch_warning, sampling_of
 from .records import write_text_atomic
 from ..types import SAMPLING_KEYS
-from .formats import LENGTH_FOOTNOTE, _num, _pct, _x, pareto_front, sampled_rows
+from .formats import LENGTH_FOOTNOTE, _num, _pct, _x, length_mark, pareto_front, sampled_rows
 from .traces import trace_key, trace_problems
 
 PAGE = "report.html"
 OUTPUT_BUDGET = 2_000_000  # characters of output text embedded, past which only traced examples get theirs
 EXAMPLES_PER_PAGE = 20
+LINKED = ("table.csv", "rows.csv")  # written by `report` before the page, linked from it where present
 SETTINGS = ("tasks", "solvers", "block_size", "max_new_tokens", "limit", "seed", "repeats", "samples", "temperature",
             "top_p", "top_k", "batch_size", "exact")
 PROVENANCE = ("command", "model_path", "model_hash", "git_commit", "git_dirty", "device", "device_name", "dtype",
@@ -80,13 +81,49 @@ def _config(row: dict, names: list[str], rows: list[dict]) -> dict:
 
 
 def _row(row: dict, tasks: list[str], names: list[str], columns: list[tuple]) -> dict:
-    values, texts, intervals = {}, {}, {}
+    """One leaderboard row: per column its value and text, and where the column has a 95% interval its
+    bounds (``bounds[key] = [lo, hi]``, what the plot's whiskers are drawn from) and their text."""
+    values, texts, intervals, bounds = {}, {}, {}, {}
     for key, _, text, interval, _ in columns:
         values[key], texts[key] = row.get(key), text(row.get(key))
-        if interval and row.get(interval[0]) is not None:
+        if interval and row.get(interval[0]) is not None and row.get(interval[1]) is not None:
+            bounds[key] = [row[interval[0]], row[interval[1]]]
             intervals[key] = f"[{text(row[interval[0]])}, {text(row[interval[1]])}]"
     return {"task": tasks.index(row["task"]), "config": names.index(row["config"]), "values": values, "texts": texts,
-            "intervals": intervals, "length_differs": bool(row.get("tokens_differ_from_ntp"))}
+            "intervals": intervals, "bounds": bounds, "length_differs": bool(row.get("tokens_differ_from_ntp"))}
+
+
+def _matrix(rows: list[dict], tasks: list[str], names: list[str]) -> list[list]:
+    """The cross-task summary, report.md's main table: per configuration [index, cell per task], each cell
+    "accuracy / NFE speed factor" as report.main_table writes it ("" where the task lacks it)."""
+    cell = {(r["config"], r["task"]): r for r in rows}
+    return [[i, *["" if (name, task) not in cell else
+                  f"{_pct(cell[name, task]['accuracy'])} / {_x(cell[name, task]['speed_factor_nfe'])}"
+                  f"{length_mark(cell[name, task])}" for task in tasks]] for i, name in enumerate(names)]
+
+
+def headline(rows: list[dict], tasks: list[str]) -> str:
+    """One line of who wins where: per task, the configuration with the largest NFE speed factor among
+    those whose accuracy is at least NTP's at the same sampling settings (means over the same examples,
+    no interval), or that none is."""
+    parts = []
+    for task in tasks:
+        here = [r for r in rows if r["task"] == task]
+        ntp = {sampling_of(r): r for r in here if r["solver"] == BASELINE_SOLVER and r["accuracy"] is not None}
+        if not ntp:
+            continue
+        keep = [r for r in here if r["solver"] != BASELINE_SOLVER and sampling_of(r) in ntp
+                and r["accuracy"] is not None and r["speed_factor_nfe"] is not None
+                and r["accuracy"] >= ntp[sampling_of(r)]["accuracy"] - 1e-9]
+        if keep:
+            best = max(r["speed_factor_nfe"] for r in keep)
+            ties = [r["config"] for r in keep if r["speed_factor_nfe"] >= best - 1e-9]
+            parts.append(f"{task} {_x(best)} {ties[0]}" + (f" (+{len(ties) - 1} tied)" if len(ties) > 1 else ""))
+        else:
+            parts.append(f"{task}: none keeps NTP's accuracy")
+    if not parts:
+        return ""
+    return "Fastest (NFE speed factor) at NTP's accuracy or above: " + "; ".join(parts) + "."
 
 
 def _fronts(rows: list[dict], tasks: list[str]) -> dict[str, dict[str, list[str]]]:
@@ -103,29 +140,30 @@ def _fronts(rows: list[dict], tasks: list[str]) -> dict[str, dict[str, list[str]
 
 
 def _examples(records: list[dict], tasks: list[str], names: list[str], traced: set) -> tuple[dict, int]:
-    """Per task, its examples in the run's order: prompt, reference answer, and per configuration
-    [correct, nfe, tokens, correct samples, samples with a verdict, output text or None, error or None]
-    of its first sample and repeat. Output text within ``OUTPUT_BUDGET`` (traced examples always)."""
+    """Per task, its examples in the run's order: prompt, reference answer, and per configuration the
+    list of its samples (one for a greedy run), each [sample, correct, nfe, tokens, output text or None,
+    error or None], of the first repeat (repeats time the same decode again: same output, same verdict).
+    Output text within ``OUTPUT_BUDGET`` (traced examples always)."""
     examples: dict[tuple, dict] = {}
     column = {name: i for i, name in enumerate(names)}
     for r in records:
         key = (r["task"], str(r["id"]))
         ex = examples.setdefault(key, {"id": str(r["id"]), "prompt": None, "answer": None,
-                                       "cells": [None] * len(names), "texts": {}})
+                                       "cells": [None] * len(names), "texts": []})
         ex["prompt"] = ex["prompt"] or r.get("prompt")
         ex["answer"] = ex["answer"] if ex["answer"] is not None else r.get("answer")
-        i = column[r["config"]]
-        cell = ex["cells"][i]
         if r.get("repeat", 0) != 0:
-            continue  # repeats time the same decode again: same output, same verdict
-        verdict = r.get("correct")
-        if cell is None:
-            cell = ex["cells"][i] = [None, None, None, 0, 0, None, None]
-        cell[3] += bool(verdict)
-        cell[4] += verdict is not None
-        if r.get("sample", 0) == 0:
-            cell[0], cell[1], cell[2], cell[6] = verdict, r["nfe"], r["tokens"], r.get("error")
-            ex["texts"][i] = r.get("output_text") or ""
+            continue
+        i = column[r["config"]]
+        sample = [int(r.get("sample", 0)), r.get("correct"), r["nfe"], r["tokens"], None, r.get("error")]
+        if ex["cells"][i] is None:
+            ex["cells"][i] = []
+        ex["cells"][i].append(sample)
+        ex["texts"].append((sample, r.get("output_text") or ""))
+    for ex in examples.values():
+        for cell in ex["cells"]:
+            if cell:
+                cell.sort(key=lambda sample: sample[0])
     by_task = {task: [ex for (t, _), ex in examples.items() if t == task] for task in tasks}
     order = []  # round robin over the tasks: each task's first examples come first
     for rank in range(max(map(len, by_task.values()), default=0)):
@@ -135,12 +173,12 @@ def _examples(records: list[dict], tasks: list[str], names: list[str], traced: s
         for ex in by_task[task]:
             ex["traced"] = (task, ex["id"]) in traced
     for ex in order:
-        size = sum(len(text) for text in ex["texts"].values()) + len(ex["prompt"] or "")
+        size = sum(len(text) for _, text in ex["texts"]) + len(ex["prompt"] or "")
         keep = ex["traced"] or used + size <= OUTPUT_BUDGET
         used += size if keep else 0
         omitted += not keep
-        for i, text in ex.pop("texts").items():
-            ex["cells"][i][5] = text if keep else None
+        for sample, text in ex.pop("texts"):
+            sample[4] = text if keep else None
         ex["full"] = keep
         if not keep:
             ex["prompt"] = None
@@ -164,8 +202,10 @@ def _traces(traces: list[dict], records: list[dict], names: list[str]) -> tuple[
     return out, pieces
 
 
-def page_data(run_name: str, summary: dict, records: list[dict], rows: list[dict], traces: list[dict]) -> dict:
-    """Everything the page shows, as one JSON-able document. ``rows``: the report's ordered summary rows."""
+def page_data(run_name: str, summary: dict, records: list[dict], rows: list[dict], traces: list[dict],
+              links: tuple[str, ...] = ()) -> dict:
+    """Everything the page shows, as one JSON-able document. ``rows``: the report's ordered summary rows;
+    ``links``: files beside the page that it links to (table.csv, rows.csv)."""
     provenance = summary.get("provenance") or {}
     settings = provenance.get("config") or {}
     tasks = list(dict.fromkeys(r["task"] for r in rows))
@@ -188,6 +228,7 @@ def page_data(run_name: str, summary: dict, records: list[dict], rows: list[dict
         "columns": [{"key": key, "label": label, "title": title} for key, label, _, _, title in columns],
         "rows": [_row(r, tasks, names, columns) for r in rows],
         "fronts": _fronts(rows, tasks),
+        "matrix": _matrix(rows, tasks, names), "headline": headline(rows, tasks), "links": list(links),
         "examples": examples, "omitted": omitted, "output_budget": OUTPUT_BUDGET,
         "per_page": EXAMPLES_PER_PAGE,
         "traces": shown_traces, "pieces": pieces,
@@ -214,9 +255,11 @@ def page_html(data: dict) -> str:
         'style-src \'unsafe-inline\'; script-src \'unsafe-inline\'; img-src data:">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">', f"<title>{title}</title>",
         f"<style>\n{_asset('report.css')}</style>", "</head>", "<body>",
-        f'<header><h1>{title}</h1><div id="banner"></div><div id="provenance"></div></header>',
+        f'<header><h1>{title}</h1><div id="banner"></div><details id="provenance"></details></header>',
+        '<section id="summary"><h2>Summary: accuracy % / NFE speed factor, every task</h2><p id="headline"></p>'
+        '<div class="scroll"><table id="matrix"></table></div><p id="summary-links" class="hint"></p></section>',
         '<nav id="tasks" role="tablist" aria-label="task"></nav>',
-        '<main>',
+        '<main id="task-panel" role="tabpanel">',
         '<section id="leaderboard"><h2>Leaderboard</h2><p class="hint">Click a header to sort; 95% intervals in '
         'brackets. <span class="badge ntp">NTP</span> the baseline every speed factor is relative to, '
         '<span class="badge verified">verified</span> output = NTP\'s (<code>verify=on</code>), '
@@ -237,7 +280,8 @@ def page_html(data: dict) -> str:
 
 def write_page(out_dir: Path, run_name: str, summary: dict, records: list[dict], rows: list[dict],
                traces: list[dict]) -> Path:
-    """Write report.html into ``out_dir`` (atomically); returns its path."""
+    """Write report.html into ``out_dir`` (atomically), linking the CSV tables already beside it; returns its path."""
     path = Path(out_dir) / PAGE
-    write_text_atomic(path, page_html(page_data(run_name, summary, records, rows, traces)))
+    links = tuple(name for name in LINKED if (Path(out_dir) / name).is_file())
+    write_text_atomic(path, page_html(page_data(run_name, summary, records, rows, traces, links)))
     return path

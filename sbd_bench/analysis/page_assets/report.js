@@ -6,12 +6,16 @@
   "use strict";
   const data = JSON.parse(document.getElementById("report-data").textContent);
   const state = { task: 0, speed: "nfe", sort: null, page: 0, filter: "all" };
-  // Paul Tol's "bright" and "muted" schemes: distinct for colour-blind readers too
-  const PALETTE = ["#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#997700", "#332288",
-    "#44AA99", "#882255", "#EE7733", "#8C564B", "#88CCEE", "#CC6677", "#999933", "#BBBBBB"];
+  /* One colour-blind-safe scheme, Paul Tol's "muted" (its nine colours stay apart under deuteranopia,
+     protanopia and tritanopia); past nine configurations the marker's fill is the second channel:
+     solid, hollow, solid with a hole, hollow with a dot (36 configurations told apart, then names). The
+     marker's shape says what a configuration is: square NTP, diamond verified, circle the others. */
+  const PALETTE = ["#CC6677", "#332288", "#DDCC77", "#117733", "#88CCEE", "#882255", "#44AA99", "#999933", "#AA4499"];
+  const FILLS = ["solid", "hollow", "hole", "dot"];
   const SVG_NS = "http://www.w3.org/2000/svg";
   const taskName = () => data.tasks[state.task];
   const configColor = (i) => PALETTE[i % PALETTE.length];
+  const configFill = (i) => FILLS[Math.floor(i / PALETTE.length) % FILLS.length];
 
   // ------------------------------------------------------------------------------------ DOM helpers
   function el(tag, attrs, ...children) {
@@ -41,14 +45,39 @@
         title: [config.sampling, config.samples > 1 ? config.samples + " samples per example" : ""].filter(Boolean).join("; ") })
         : null];
   }
-  function swatch(i) {
-    const shape = data.configs[i].ntp ? " square" : data.configs[i].verified ? " diamond" : "";
-    return el("span", { class: "swatch" + shape, style: "background:" + configColor(i) });
+  function shapeOf(i) {
+    return data.configs[i].ntp ? "square" : data.configs[i].verified ? "diamond" : "circle";
   }
+  function shapeNode(shape, x, y, r, attrs) {
+    if (shape === "square") return svg("rect", { ...attrs, x: x - r * 0.9, y: y - r * 0.9, width: 1.8 * r, height: 1.8 * r });
+    if (shape === "diamond") return svg("path", { ...attrs, d: `M${x},${y - 1.2 * r} L${x + 1.2 * r},${y} L${x},${y + 1.2 * r} L${x - 1.2 * r},${y} Z` });
+    return svg("circle", { ...attrs, cx: x, cy: y, r });
+  }
+  /* Configuration i's marker at (x, y): its colour, shape and fill; ``attrs`` go on the marker's body
+     (what the pointer meets), ``halo``: an outline around it that the plot draws on the Pareto front's
+     and on the hovered one (a sibling after the body; it and the dot let the pointer through). */
+  function markerNodes(i, x, y, r, attrs, halo) {
+    const color = configColor(i), fill = configFill(i), shape = shapeOf(i);
+    const hollow = fill === "hollow" || fill === "dot";
+    const nodes = [shapeNode(shape, x, y, r, { ...attrs, fill: hollow ? "#fff" : color, stroke: hollow ? color : "#fff",
+      "stroke-width": hollow ? 2.4 : 1.2 })];
+    if (halo) nodes.push(shapeNode(shape, x, y, r + 2.6, { class: "halo" + (halo === "front" ? " on-front" : ""), fill: "none" }));
+    if (fill === "hole" || fill === "dot") nodes.push(svg("circle", { class: "dot", cx: x, cy: y, r: r * 0.36, fill: fill === "hole" ? "#fff" : color }));
+    return nodes;
+  }
+  function swatch(i) {
+    const node = svg("svg", { class: "swatch", viewBox: "0 0 16 16", width: 14, height: 14, "aria-hidden": "true",
+      "data-color": configColor(i), "data-fill": configFill(i), "data-shape": shapeOf(i) }, ...markerNodes(i, 8, 8, 5.6, {}, false));
+    return node;
+  }
+
 
   // --------------------------------------------------------------------------- provenance, banners
   function renderHeader() {
-    const box = document.getElementById("provenance");
+    const details = document.getElementById("provenance"), box = el("div", { class: "grid" });
+    const fact = (key) => (data.provenance.find(([k]) => k === key) || [])[1];
+    details.append(el("summary", { text: "Run: " + [fact("model_path"), fact("git_commit") && "commit " + String(fact("git_commit")).slice(0, 10),
+      fact("device_name") || fact("device"), fact("dtype"), fact("started")].filter(Boolean).join(" · ") + " (details)" }), box);
     for (const [key, value] of data.provenance.concat(data.settings)) {
       const text = Array.isArray(value) ? value.join(", ") : String(value);
       box.append(el("div", { class: key === "command" ? "wide" : null, title: text }, el("b", { text: key + ": " }), text));
@@ -60,12 +89,73 @@
     if (data.failures) say(data.failures + " sample(s) failed: see the errors in report.md and summary.json.");
   }
 
+  /* The task tabs, keyboard as the ARIA tabs pattern has it: one tab in the Tab order (the selected
+     one), arrow keys, Home and End move to a tab and show it. */
+  function selectTask(i) { state.task = i; state.page = 0; renderTask(); }
   function renderTabs() {
     const nav = document.getElementById("tasks");
+    const select = selectTask;
     data.tasks.forEach((task, i) => nav.append(el("button", {
-      type: "button", role: "tab", "data-task": task, text: task,
-      onclick: () => { state.task = i; state.page = 0; renderTask(); },
+      type: "button", role: "tab", "data-task": task, text: task, id: "tab-" + i, "aria-controls": "task-panel",
+      onclick: () => select(i),
+      onkeydown: (e) => {
+        const n = data.tasks.length;
+        const to = { ArrowRight: (i + 1) % n, ArrowLeft: (i - 1 + n) % n, Home: 0, End: n - 1 }[e.key];
+        if (to === undefined) return;
+        e.preventDefault();
+        select(to);
+        document.getElementById("tab-" + to).focus();
+      },
     })));
+  }
+
+  // ------------------------------------------------------------------------- cross-task summary
+  /* report.md's main table (configurations x tasks, "accuracy / NFE speed factor"), the headline above
+     it, the CSV files beside the page, and "copy as Markdown" of it or of the task's leaderboard. */
+  function markdownTable(header, body) {
+    const line = (cells) => "| " + cells.map((c) => String(c).replace(/\|/g, "\\|")).join(" | ") + " |";
+    return [line(header), "|" + header.map(() => "---|").join(""), ...body.map(line)].join("\n");
+  }
+  function summaryMarkdown() {
+    return markdownTable(["config", ...data.tasks], data.matrix.map(([i, ...cells]) => [data.configs[i].name, ...cells]));
+  }
+  function boardMarkdown() {
+    return markdownTable(["config", ...data.columns.map((c) => c.label)], sortedRows().map((r) => [data.configs[r.config].name,
+      ...data.columns.map((c) => r.texts[c.key] + (r.intervals[c.key] ? " " + r.intervals[c.key] : ""))]));
+  }
+  function copyText(text, what) {
+    const box = document.getElementById("copied");
+    box.hidden = false;
+    box.value = text;
+    box.dataset.what = what;
+    box.select();
+    const said = document.getElementById("copy-status");
+    const done = () => { said.textContent = `${what} copied as Markdown (also in the box below)`; };
+    if (navigator.clipboard && navigator.clipboard.writeText) {
+      navigator.clipboard.writeText(text).then(done, () => { said.textContent = `${what} as Markdown in the box below: the browser refused the clipboard`; });
+    } else {
+      try { document.execCommand("copy"); done(); } catch (e) { said.textContent = `${what} as Markdown in the box below`; }
+    }
+  }
+  function renderSummary() {
+    document.getElementById("headline").textContent = data.headline;
+    const table = document.getElementById("matrix");
+    table.append(el("thead", {}, el("tr", {}, el("th", { text: "config", scope: "col" }),
+      ...data.tasks.map((task, t) => el("th", { scope: "col" }, el("button", { type: "button", class: "to-task", "data-task": task,
+        text: task, title: `show ${task}'s leaderboard, plot and examples`,
+        onclick: () => { selectTask(t); document.getElementById("leaderboard").scrollIntoView(); } }))))));
+    table.append(el("tbody", {}, ...data.matrix.map(([i, ...cells]) => el("tr", { "data-config": data.configs[i].name,
+      class: data.configs[i].ntp ? "ntp" : null },
+    el("td", {}, swatch(i), data.configs[i].name, ...badges(data.configs[i])), ...cells.map((c) => el("td", { text: c }))))));
+    const tools = document.getElementById("summary-links");
+    if (data.links.length) {
+      tools.append("Beside this page: ", ...data.links.flatMap((name, k) => [k ? ", " : "", el("a", { href: name, text: name })]), ". ");
+    }
+    tools.append("Copy as Markdown: ",
+      el("button", { type: "button", class: "copy-summary", text: "this summary", onclick: () => copyText(summaryMarkdown(), "the summary") }), " ",
+      el("button", { type: "button", class: "copy-board", text: "the task's leaderboard", onclick: () => copyText(boardMarkdown(), taskName() + "'s leaderboard") }),
+      el("span", { id: "copy-status", class: "hint", role: "status" }),
+      el("textarea", { id: "copied", readonly: true, hidden: true, rows: 6, "aria-label": "the copied Markdown" }));
   }
 
   // ------------------------------------------------------------------------------------ leaderboard
@@ -88,17 +178,19 @@
     const same = state.sort && state.sort.key === key;
     const first = key === "config" ? "ascending" : "descending";  // figures: the largest first
     state.sort = { key, dir: same ? (state.sort.dir === "ascending" ? "descending" : "ascending") : first };
+    const focused = document.activeElement && document.activeElement.closest("#board th");
     renderBoard();
+    if (focused) document.querySelector(`#board th[data-key="${key}"] button`).focus();  // the table was redrawn
   }
   function renderBoard() {
     const table = document.getElementById("board");
     table.textContent = "";
     const columns = [{ key: "config", label: "config", title: "solver configuration" }].concat(data.columns);
+    // each header holds a button: focusable, and Enter or Space clicks it (the click reaches the header)
     table.append(el("thead", {}, el("tr", {}, ...columns.map((c) => el("th", {
-      "data-key": c.key, title: c.title, text: c.label, scope: "col",
-      "aria-sort": state.sort && state.sort.key === c.key ? state.sort.dir : "none",
-      onclick: () => sortBy(c.key),
-    })))));
+      "data-key": c.key, title: c.title, scope: "col",
+      "aria-sort": state.sort && state.sort.key === c.key ? state.sort.dir : "none", onclick: () => sortBy(c.key),
+    }, el("button", { type: "button", class: "sort", text: c.label }))))));
     const body = el("tbody");
     let marked = false;
     for (const row of sortedRows()) {
@@ -135,14 +227,16 @@
     area.textContent = "";
     const key = "speed_factor_" + state.speed;
     const points = data.rows.filter((r) => r.task === state.task && r.values.accuracy !== null && r.values[key] !== null);
-    const W = 780, H = 430, m = { l: 58, r: 24, t: 14, b: 46 };
-    const xMax = Math.max(1, ...points.map((r) => Math.max(r.values[key], r.values[key + "_hi"] || 0))) * 1.08;
+    // drawn at the width it is shown at (780 at most), so that its text stays 11 px on a phone too
+    const W = Math.round(Math.max(300, Math.min(780, area.clientWidth || 780))), H = Math.round(Math.min(430, 0.62 * W + 90));
+    const m = { l: 52, r: 16, t: 14, b: 46 };
+    const xMax = Math.max(1, ...points.map((r) => Math.max(r.values[key], r.bounds[key] ? r.bounds[key][1] : 0))) * 1.08;
     const X = (v) => m.l + (v / xMax) * (W - m.l - m.r);
     const Y = (v) => m.t + (1 - (v + 4) / 108) * (H - m.t - m.b);  // -4%..104%: room for markers at 0 and 100
     const plot = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img",
       "aria-label": `accuracy against ${state.speed} speed factor, ${taskName()}` });
     const grid = svg("g", { class: "grid" }), axis = svg("g", { class: "axis" });
-    const step = niceStep(xMax, 10);
+    const step = niceStep(xMax, W < 520 ? 5 : 10);
     for (let v = 0; v <= xMax + 1e-9; v += step) {
       grid.append(svg("line", { x1: X(v), x2: X(v), y1: Y(-4), y2: Y(104) }));
       axis.append(svg("text", { x: X(v), y: H - m.b + 16, "text-anchor": "middle" }, document.createTextNode(+v.toFixed(2) + "x")));
@@ -155,7 +249,8 @@
     axis.append(svg("line", { x1: X(1), x2: X(1), y1: Y(-4), y2: Y(104), "stroke-dasharray": "2 3" }));
     const speedName = state.speed === "nfe" ? "NFE" : "wall-clock, decode";
     axis.append(svg("text", { x: (X(0) + X(xMax)) / 2, y: H - 8, "text-anchor": "middle" },
-      document.createTextNode(`speed factor relative to NTP (${speedName}); dotted: NTP, 1x`)));
+      document.createTextNode(W < 520 ? `speed factor vs NTP (${state.speed === "nfe" ? "NFE" : "wall"}); dotted: 1x`
+        : `speed factor relative to NTP (${speedName}); dotted: NTP, 1x`)));
     axis.append(svg("text", { x: 14, y: (Y(0) + Y(100)) / 2, "text-anchor": "middle",
       transform: `rotate(-90 14 ${(Y(0) + Y(100)) / 2})` }, document.createTextNode("accuracy (%)")));
     plot.append(grid, axis);
@@ -168,23 +263,20 @@
     }
     for (const r of points) {  // 95% intervals as whiskers, under the markers
       const color = configColor(r.config), x = X(r.values[key]), y = Y(100 * r.values.accuracy);
-      if (r.values[key + "_lo"] !== null && r.values[key + "_lo"] !== undefined) {
-        plot.append(svg("line", { class: "whisker", stroke: color, x1: X(r.values[key + "_lo"]), x2: X(r.values[key + "_hi"]), y1: y, y2: y }));
-      }
-      if (r.values.accuracy_lo !== null && r.values.accuracy_lo !== undefined) {
-        plot.append(svg("line", { class: "whisker", stroke: color, x1: x, x2: x, y1: Y(100 * r.values.accuracy_lo), y2: Y(100 * r.values.accuracy_hi) }));
-      }
+      const speed = r.bounds[key], accuracy = r.bounds.accuracy;
+      if (speed) plot.append(svg("line", { class: "whisker", "data-config": data.configs[r.config].name, "data-axis": "x",
+        stroke: color, x1: X(speed[0]), x2: X(speed[1]), y1: y, y2: y }));
+      if (accuracy) plot.append(svg("line", { class: "whisker", "data-config": data.configs[r.config].name, "data-axis": "y",
+        stroke: color, x1: x, x2: x, y1: Y(100 * accuracy[0]), y2: Y(100 * accuracy[1]) }));
     }
     const ntpLast = points.slice().sort((a, b) => data.configs[a.config].ntp - data.configs[b.config].ntp);
     for (const r of ntpLast) {  // NTP drawn last: on top of a configuration at its spot (1x, same accuracy)
       const config = data.configs[r.config], x = X(r.values[key]), y = Y(100 * r.values.accuracy);
-      const attrs = { class: "point" + (frontNames.has(config.name) ? " on-front" : ""), fill: configColor(r.config),
-        "data-config": config.name, tabindex: 0,
+      plot.append(...markerNodes(r.config, x, y, 6.5, { class: "point" + (frontNames.has(config.name) ? " on-front" : ""),
+        "data-config": config.name, "data-color": configColor(r.config), "data-fill": configFill(r.config), tabindex: 0,
         onmouseenter: (e) => showTooltip(e, r, points, X, Y), onmousemove: (e) => moveTooltip(e),
-        onmouseleave: hideTooltip, onfocus: (e) => showTooltip(e, r, points, X, Y), onblur: hideTooltip };
-      plot.append(config.ntp ? svg("rect", { ...attrs, x: x - 6, y: y - 6, width: 12, height: 12 })
-        : config.verified ? svg("path", { ...attrs, d: `M${x},${y - 8} L${x + 8},${y} L${x},${y + 8} L${x - 8},${y} Z` })
-          : svg("circle", { ...attrs, cx: x, cy: y, r: 6.5 }));
+        onmouseleave: hideTooltip, onfocus: (e) => showTooltip(e, r, points, X, Y), onblur: hideTooltip },
+      frontNames.has(config.name) ? "front" : "other"));
     }
     if (!points.length) {
       plot.append(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, document.createTextNode("no verdicts")));
@@ -222,7 +314,9 @@
     const box = event.target.getBoundingClientRect();
     const x = event.pageX || box.right + window.scrollX, y = event.pageY || box.bottom + window.scrollY;
     tip.style.left = Math.min(x + 14, window.scrollX + document.documentElement.clientWidth - tip.offsetWidth - 8) + "px";
-    tip.style.top = y + 14 + "px";
+    // below the pointer, or above it where the window ends first
+    const below = y + 14 + tip.offsetHeight <= window.scrollY + document.documentElement.clientHeight - 4;
+    tip.style.top = (below ? y + 14 : Math.max(window.scrollY + 4, y - 14 - tip.offsetHeight)) + "px";
   }
   function hideTooltip(event) {
     document.getElementById("tooltip").hidden = true;
@@ -283,13 +377,23 @@
   function tracesOf(ex) {
     return data.traces.filter((t) => t.task === taskName() && t.id === ex.id);
   }
-  function differsFromNtp(ex) {
-    return ex.cells.some((cell, i) => cell && cell[5] !== null && data.configs[i].base !== null
-      && ex.cells[data.configs[i].base] && cell[5] !== ex.cells[data.configs[i].base][5]);
+  /* An example's cell per configuration: null (not decoded) or its samples, each
+     [sample, correct, nfe, tokens, output text or null, error or null]. */
+  const S = { index: 0, correct: 1, nfe: 2, tokens: 3, text: 4, error: 5 };
+  function baseSample(ex, i, sample) {  // NTP's sample at the same settings and index (else its first)
+    const base = data.configs[i].base === null || data.configs[i].base === i ? null : ex.cells[data.configs[i].base];
+    return base ? base.find((b) => b[S.index] === sample[S.index]) || base[0] : null;
   }
+  function differsFromNtp(ex) {
+    return ex.cells.some((cell, i) => cell && cell.some((sample) => {
+      const base = baseSample(ex, i, sample);
+      return base && sample[S.text] !== null && base[S.text] !== null && sample[S.text] !== base[S.text];
+    }));
+  }
+  const isWrong = (sample) => sample[S.correct] === false || !!sample[S.error];
   const FILTERS = {
     all: ["all examples", () => true],
-    wrong: ["some configuration wrong", (ex) => ex.cells.some((c) => c && (c[0] === false || c[6]))],
+    wrong: ["some configuration wrong", (ex) => ex.cells.some((cell) => cell && cell.some(isWrong))],
     differs: ["output differs from NTP's", differsFromNtp],
     traced: ["traced (decoding timeline)", (ex) => ex.traced],
   };
@@ -309,7 +413,7 @@
       el("span", { class: "page-label", text: `page ${state.page + 1} of ${pages}` }),
       el("button", { type: "button", class: "next", text: "▶", disabled: state.page >= pages - 1, onclick: () => go(state.page + 1) })),
     el("span", { class: "hint", text: `${shown.length} of ${all.length} examples; a square per configuration `
-      + "(green correct, red wrong, grey no verdict, ochre error); click an example for its outputs" }));
+      + "(✓ correct, ✗ wrong, – no verdict, ! error, empty: not decoded); click an example for its outputs" }));
     if (data.omitted) {
       controls.append(el("span", { class: "hint", text: `${data.omitted} example(s) show verdicts only: the page holds `
         + `at most ${data.output_budget.toLocaleString("en")} characters of output (traced examples always); samples.jsonl has every output` }));
@@ -317,26 +421,45 @@
     const list = document.getElementById("example-list");
     list.textContent = "";
     for (const ex of shown.slice(state.page * data.per_page, (state.page + 1) * data.per_page)) list.append(exampleNode(ex));
+    if (!shown.length) {
+      list.append(el("p", { class: "empty", text: all.length ? `No example of ${taskName()} is "${FILTERS[state.filter][0]}": choose "all examples" to see all ${all.length}.`
+        : `This run holds no example of ${taskName()}.` }));
+    }
   }
-  function verdictClass(cell) {
-    if (!cell) return "v-null";
-    if (cell[6]) return "v-error";
-    return "v-" + (cell[0] === null ? "null" : String(cell[0]));
+  /* A verdict square's kind, and the glyph that tells it apart without colour. */
+  const VERDICTS = { true: "✓", false: "✗", null: "–", error: "!", none: "" };
+  function verdictKind(sample) {
+    if (!sample) return "none";
+    if (sample[S.error]) return "error";
+    return sample[S.correct] === null ? "null" : String(sample[S.correct]);
   }
-  function verdictText(cell) {
-    if (!cell) return "not decoded";
-    if (cell[6]) return "error: " + cell[6];
-    const word = cell[0] === null ? "no verdict" : cell[0] ? "correct" : "wrong";
-    return cell[4] > 1 ? `${word} (sample 0); ${cell[3]} of ${cell[4]} samples correct` : word;
+  function verdictSquare(kind, title) {
+    return el("span", { class: "v v-" + kind, title, "data-verdict": kind, text: VERDICTS[kind] });
+  }
+  function verdictText(sample) {
+    if (!sample) return "not decoded";
+    if (sample[S.error]) return "error: " + sample[S.error];
+    return sample[S.correct] === null ? "no verdict" : sample[S.correct] ? "correct" : "wrong";
+  }
+  /* An example's squares: one per sample of each configuration, a configuration's samples side by side. */
+  function verdictNodes(ex) {
+    return ex.cells.map((cell, i) => {
+      const name = data.configs[i].name;
+      const squares = cell ? cell.map((sample) => verdictSquare(verdictKind(sample),
+        name + (cell.length > 1 || data.configs[i].samples > 1 ? ` sample ${sample[S.index]}` : "") + ": " + verdictText(sample)))
+        : [verdictSquare("none", name + ": not decoded")];
+      const right = cell ? cell.filter((sample) => sample[S.correct] === true).length : 0;
+      return el("span", { class: "vgroup", "data-config": name, title: cell && cell.length > 1 ? `${name}: ${right} of ${cell.length} samples correct` : null },
+        ...squares);
+    });
   }
   function exampleNode(ex) {
     const node = el("div", { class: "example", "data-id": ex.id });
     const detail = el("div", { class: "detail", hidden: true });
     const summary = el("div", { class: "summary", role: "button", tabindex: 0, "aria-expanded": "false",
-      onclick: () => toggle(), onkeydown: (e) => { if (e.key === "Enter") toggle(); } },
+      onclick: () => toggle(), onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); toggle(); } } },
     el("span", { class: "eid", text: ex.id }),
-    el("span", { class: "verdicts" }, ...ex.cells.map((cell, i) => el("span", { class: verdictClass(cell),
-      title: data.configs[i].name + ": " + verdictText(cell) }))),
+    el("span", { class: "verdicts" }, ...verdictNodes(ex)),
     ex.traced ? el("span", { class: "badge verified", text: "traced" }) : null,
     ex.full ? null : el("span", { class: "hint", text: "verdicts only" }));
     function toggle() {
@@ -356,25 +479,25 @@
     const table = el("table", { class: "outputs" }, el("tr", {}, ...["config", "verdict", "nfe", "tokens",
       "output (against NTP's: inserted, deleted)"].map((h) => el("th", { text: h }))));
     const timelineBox = el("div", { class: "timeline-box" });
-    ex.cells.forEach((cell, i) => {
-      if (!cell) return;
-      const config = data.configs[i], base = config.base === null ? null : ex.cells[config.base];
+    ex.cells.forEach((cell, i) => (cell || []).forEach((sample) => {
+      const config = data.configs[i], base = baseSample(ex, i, sample), several = cell.length > 1 || config.samples > 1;
       let output;
-      if (cell[6]) output = el("div", { class: "no", text: "error: " + cell[6] });
-      else if (cell[5] === null) output = el("span", { class: "hint", text: "not embedded (see samples.jsonl)" });
-      else if (base && base[5] !== null && config.base !== i) output = diffNode(base[5], cell[5]);
-      else output = el("div", { class: "output", text: cell[5] });
-      const mine = traces.filter((t) => t.config === i);
-      table.append(el("tr", { "data-config": config.name },
+      if (sample[S.error]) output = el("div", { class: "no", text: "error: " + sample[S.error] });
+      else if (sample[S.text] === null) output = el("span", { class: "hint", text: "not embedded (see samples.jsonl)" });
+      else if (base && base[S.text] !== null) output = diffNode(base[S.text], sample[S.text]);
+      else output = el("div", { class: "output", text: sample[S.text] });
+      const mine = traces.filter((t) => t.config === i && (t.sample || 0) === sample[S.index]);
+      const correct = sample[S.correct];
+      table.append(el("tr", { "data-config": config.name, "data-sample": sample[S.index] },
         el("td", { class: "cfg" }, swatch(i), config.name, ...badges(config),
-          ...mine.map((t) => el("button", { type: "button", class: "show-timeline",
-            text: mine.length > 1 ? `timeline (sample ${t.sample})` : "timeline",
+          several ? el("span", { class: "sample", text: ` sample ${sample[S.index]}` }) : null,
+          ...mine.map((t) => el("button", { type: "button", class: "show-timeline", text: "timeline",
             onclick: () => { timelineBox.textContent = ""; timelineBox.append(timeline(t)); } }))),
-        el("td", { class: cell[0] ? "ok" : cell[0] === false ? "no" : "", text: cell[0] === null ? "–" : cell[0] ? "✓" : "✗",
-          title: verdictText(cell) }),
-        el("td", { text: cell[1] === null ? "–" : cell[1] }), el("td", { text: cell[2] === null ? "–" : cell[2] }),
+        el("td", { class: correct ? "ok" : correct === false ? "no" : "", text: correct === null ? "–" : correct ? "✓" : "✗",
+          title: verdictText(sample) }),
+        el("td", { text: sample[S.nfe] === null ? "–" : sample[S.nfe] }), el("td", { text: sample[S.tokens] === null ? "–" : sample[S.tokens] }),
         el("td", {}, output)));
-    });
+    }));
     detail.append(table, timelineBox);
   }
 
@@ -407,7 +530,9 @@
       if (isVoid && before) {
         replacedAt = before.start + f.rejected_slot;
         revealedBy.set(replacedAt, { f, slot: null });  // NTP's token, read from this forward
-        if (i === step - 1) rejected = { at: replacedAt, drafts: before.tokens.slice(f.rejected_slot) };
+        // the drafts judged are slots 1..drafted (slot 0 was committed by the block's own forward): what
+        // sat after them (padding past a drafted stop) was never a draft
+        if (i === step - 1) rejected = { at: replacedAt, drafts: before.tokens.slice(f.rejected_slot, f.drafted + 1) };
       }
       if (!isVoid) for (const slot of f.revealed) revealedBy.set(f.start + slot, { f, slot });
       for (const id of f.committed) {
@@ -483,6 +608,7 @@
             continue;
           }
           if (id < 0) { tokens.append(cell("masked", id, `output ${index} · masked` + proxies(f, slot), null, index)); continue; }
+          if (index >= finalLength) continue;  // a draft past the answer's end (after a drafted stop): never judged
           const by = revealer(trace, step, index);
           tokens.append(cell("draft" + (by.n === step ? " now" : ""), id, `output ${index} · token ${id} "${piece(id)}" · revealed by forward ${by.n}, not committed yet`
             + proxies(by, slot), forwardColor(by.n, total), index));
@@ -507,10 +633,11 @@
     const list = (slots) => slots.map((s) => `${f.start + s} "${piece(f.tokens[s])}"` + (f.entropy[s] !== null ? ` (H=${f.entropy[s]})` : "")).join(", ");
     const parts = [`Forward ${f.n} of ${total}: ${kinds[f.kind]}`];
     if (f.size) parts.push(`block at output ${f.start}–${f.start + f.size - 1} (${f.size} slots, ${f.masked.length} masked when it ran)`);
-    else parts.push("a final check of the last drafts, no block");
+    else parts.push("no block of its own: it checks the previous block's drafts, which reached a stop");
     if (f.kind === "verify" && f.drafted) {
       const rejectedText = f.rejected_slot === null || f.rejected_slot === undefined ? "" : previous
-        ? `; the draft "${piece(previous.tokens[f.rejected_slot])}" at output ${previous.start + f.rejected_slot} rejected, NTP's token taken instead: this forward's block is void`
+        ? `; the draft "${piece(previous.tokens[f.rejected_slot])}" at output ${previous.start + f.rejected_slot} rejected, NTP's token taken instead`
+          + (f.size ? ": this forward's block is void" : "") + `; ${f.drafted - f.accepted - 1} later draft(s) dropped`
         : "; a draft rejected";
       parts.push(`judged ${f.drafted} draft(s) of the previous block: ${f.accepted} accepted${rejectedText}`);
     }
@@ -529,8 +656,11 @@
   // ------------------------------------------------------------------------------------------- page
   function renderTask() {
     for (const tab of document.querySelectorAll("#tasks button")) {
-      tab.setAttribute("aria-selected", String(tab.dataset.task === taskName()));
+      const selected = tab.dataset.task === taskName();
+      tab.setAttribute("aria-selected", String(selected));
+      tab.tabIndex = selected ? 0 : -1;
     }
+    document.getElementById("task-panel").setAttribute("aria-labelledby", "tab-" + state.task);
     renderBoard();
     renderPlot();
     renderExamples();
@@ -538,9 +668,22 @@
   for (const button of document.querySelectorAll("#plot .switch button")) {
     button.addEventListener("click", () => { state.speed = button.dataset.speed; renderPlot(); });
   }
+  // what scrolls into view lands below the sticky tab bar, however many lines its tabs take
+  const padTop = () => { document.documentElement.style.scrollPaddingTop = document.getElementById("tasks").offsetHeight + 8 + "px"; };
+  let drawnWidth = document.getElementById("plot-area").clientWidth, resizing = null;
+  window.addEventListener("resize", () => {  // redraw the plot at its new width (once the resizing settles)
+    clearTimeout(resizing);
+    resizing = setTimeout(() => {
+      padTop();
+      const width = document.getElementById("plot-area").clientWidth;
+      if (width !== drawnWidth) { drawnWidth = width; renderPlot(); }
+    }, 120);
+  });
   renderHeader();
+  renderSummary();
   renderTabs();
   renderTask();
+  padTop();
   window.sbdReport = { ready: true, loadMs: performance.now(), diff };
   document.body.dataset.ready = "true";
 })();

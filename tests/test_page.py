@@ -429,6 +429,37 @@ def test_every_sample_of_a_sampled_run_is_shown(driver, crafted_page):
     assert [r.find_elements("css selector", ".output")[0].text for r in rows] == [f"yyyyyyyy{s}" for s in range(3)]
 
 
+def test_filter_by_configuration_and_hide_from_the_legend(driver, crafted_page):
+    browser.load(driver, crafted_page)
+
+    def ids():
+        return [e.get_attribute("data-id") for e in css(driver, ".example")]
+
+    options = {o.text: o.get_attribute("value") for o in css(driver, "#example-filter optgroup option")}
+    assert list(options) == ["ntp wrong", "entropy_bounded:gamma=0.35,proxy=entropy wrong", "fixed_k:k=4 wrong",
+                             f"{SAMPLED} wrong"]
+    choose(driver, "#example-filter", options["fixed_k:k=4 wrong"])
+    assert ids() == ["1", "2", "3"]  # wrong on the odd examples, raised on 2
+    choose(driver, "#example-filter", options[f"{SAMPLED} wrong"])
+    assert ids() == ["0"]
+    choose(driver, "#example-filter", options["ntp wrong"])
+    assert ids() == [] and "No example of arith" in css(driver, "#example-list")[0].text
+
+    def drawn():
+        return sorted({e.get_attribute("data-config") for e in css(driver, "#plot-area .point, #plot-area .whisker")})
+
+    everyone = drawn()
+    assert "fixed_k:k=4" in everyone
+    css(driver, '#plot-area .legend-entry[data-config="fixed_k:k=4"]')[0].click()
+    assert drawn() == [c for c in everyone if c != "fixed_k:k=4"]
+    entry = css(driver, '#plot-area .legend-entry[data-config="fixed_k:k=4"]')[0]
+    assert entry.get_attribute("aria-pressed") == "false"
+    css(driver, '#plot-area .legend-entry[data-config="ntp"]')[0].click()
+    assert drawn() == [c for c in everyone if c not in ("fixed_k:k=4", "ntp")]
+    css(driver, "#plot-area .legend-all")[0].click()
+    assert drawn() == everyone and css(driver, "#plot-area .legend-all") == []
+
+
 def test_timeline_steps_forward(driver, traced_page):
     assert page_problems(driver, traced_page) == []
     css(driver, '.example[data-id="0"] .summary')[0].click()

@@ -5,7 +5,7 @@
 (function () {
   "use strict";
   const data = JSON.parse(document.getElementById("report-data").textContent);
-  const state = { task: 0, speed: "nfe", sort: null, page: 0, filter: "all" };
+  const state = { task: 0, speed: "nfe", sort: null, page: 0, filter: "all", hidden: new Set() };
   /* One colour-blind-safe scheme, Paul Tol's "muted" (its nine colours stay apart under deuteranopia,
      protanopia and tritanopia); past nine configurations the marker's fill is the second channel:
      solid, hollow, solid with a hole, hollow with a dot (36 configurations told apart, then names). The
@@ -226,7 +226,8 @@
     const area = document.getElementById("plot-area");
     area.textContent = "";
     const key = "speed_factor_" + state.speed;
-    const points = data.rows.filter((r) => r.task === state.task && r.values.accuracy !== null && r.values[key] !== null);
+    const drawable = data.rows.filter((r) => r.task === state.task && r.values.accuracy !== null && r.values[key] !== null);
+    const points = drawable.filter((r) => !state.hidden.has(r.config));  // the legend hides and shows configurations
     // drawn at the width it is shown at (780 at most), so that its text stays 11 px on a phone too
     const W = Math.round(Math.max(300, Math.min(780, area.clientWidth || 780))), H = Math.round(Math.min(430, 0.62 * W + 90));
     const m = { l: 52, r: 16, t: 14, b: 46 };
@@ -282,9 +283,20 @@
       plot.append(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, document.createTextNode("no verdicts")));
     }
     area.append(plot);
-    const legend = el("div", { class: "legend" });
-    for (const r of points) legend.append(el("span", {}, swatch(r.config), data.configs[r.config].name));
-    legend.append(el("span", { text: "■ NTP; ◆ verified; dashed: the Pareto front, ringed: on it; lines: 95% intervals; hover a marker for its figures" }));
+    const legend = el("div", { class: "legend", role: "group", "aria-label": "configurations shown in the plot" });
+    for (const r of drawable) {
+      const shown = !state.hidden.has(r.config);
+      legend.append(el("button", { type: "button", class: "legend-entry", "data-config": data.configs[r.config].name,
+        "aria-pressed": String(shown), title: (shown ? "hide " : "show ") + data.configs[r.config].name,
+        onclick: () => { if (shown) state.hidden.add(r.config); else state.hidden.delete(r.config); renderPlot(); saveState(); } },
+      swatch(r.config), data.configs[r.config].name));
+    }
+    if (state.hidden.size) {
+      legend.append(el("button", { type: "button", class: "legend-all", text: `show all (${drawable.length - points.length} hidden)`,
+        onclick: () => { state.hidden.clear(); renderPlot(); saveState(); } }));
+    }
+    legend.append(el("span", { text: "click a name to hide or show it; ■ NTP; ◆ verified; dashed: the Pareto front of all configurations, ringed: on it; "
+      + "lines: 95% intervals; hover a marker for its figures" }));
     area.append(legend);
   }
   function tooltipLines(r) {
@@ -397,16 +409,28 @@
     differs: ["output differs from NTP's", differsFromNtp],
     traced: ["traced (decoding timeline)", (ex) => ex.traced],
   };
+  /* [label, test] of a filter: one of FILTERS, or "wrong:I", the examples where configuration I has a
+     wrong or failed sample. */
+  function filterOf(key) {
+    if (key.startsWith("wrong:")) {
+      const i = +key.slice(6), config = data.configs[i];
+      if (config) return [config.name + " wrong", (ex) => !!ex.cells[i] && ex.cells[i].some(isWrong)];
+    }
+    return FILTERS[key] || FILTERS.all;
+  }
   function renderExamples() {
     const all = data.examples[taskName()] || [];
-    const shown = all.filter(FILTERS[state.filter][1]);
+    const shown = all.filter(filterOf(state.filter)[1]);
     const pages = Math.max(1, Math.ceil(shown.length / data.per_page));
     state.page = Math.min(state.page, pages - 1);
     const controls = document.getElementById("example-controls");
     controls.textContent = "";
     const select = el("select", { id: "example-filter", "aria-label": "which examples",
-      onchange: (e) => { state.filter = e.target.value; state.page = 0; renderExamples(); } },
-      ...Object.entries(FILTERS).map(([key, [label]]) => el("option", { value: key, text: label, selected: key === state.filter })));
+      onchange: (e) => { state.filter = e.target.value; state.page = 0; renderExamples(); saveState(); } },
+      ...Object.entries(FILTERS).map(([key, [label]]) => el("option", { value: key, text: label, selected: key === state.filter })),
+      el("optgroup", { label: "this configuration wrong" }, ...data.configs.map((config, i) => ({ config, i }))
+        .filter(({ i }) => all.some((ex) => ex.cells[i])).map(({ config, i }) => el("option", { value: "wrong:" + i,
+          text: config.name + " wrong", selected: "wrong:" + i === state.filter }))));
     const go = (page) => { state.page = page; renderExamples(); };
     controls.append(select, el("div", { class: "pager" },
       el("button", { type: "button", class: "prev", text: "◀", disabled: state.page === 0, onclick: () => go(state.page - 1) }),
@@ -422,7 +446,7 @@
     list.textContent = "";
     for (const ex of shown.slice(state.page * data.per_page, (state.page + 1) * data.per_page)) list.append(exampleNode(ex));
     if (!shown.length) {
-      list.append(el("p", { class: "empty", text: all.length ? `No example of ${taskName()} is "${FILTERS[state.filter][0]}": choose "all examples" to see all ${all.length}.`
+      list.append(el("p", { class: "empty", text: all.length ? `No example of ${taskName()} is "${filterOf(state.filter)[0]}": choose "all examples" to see all ${all.length}.`
         : `This run holds no example of ${taskName()}.` }));
     }
   }
@@ -654,6 +678,7 @@
   }
 
   // ------------------------------------------------------------------------------------------- page
+  function saveState() {}
   function renderTask() {
     for (const tab of document.querySelectorAll("#tasks button")) {
       const selected = tab.dataset.task === taskName();

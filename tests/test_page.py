@@ -558,6 +558,49 @@ def test_small_screens_and_edges(driver, baseline_page, crafted_page):
     assert css(driver, ".example") == [] and "choose \"all examples\"" in css(driver, "#example-list")[0].text
 
 
+def test_permalink_opens_the_same_view(driver, baseline_page):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.load(driver, baseline_page)
+    config = "fixed_k:k=16,verify=on"
+    css(driver, '#tasks button[data-task="tag"]')[0].click()
+    css(driver, '#board th[data-key="speed_factor_nfe"]')[0].click()
+    css(driver, '#plot button[data-speed="wall"]')[0].click()
+    css(driver, '#plot-area .legend-entry[data-config="fixed_k:k=2"]')[0].click()
+    css(driver, '.example[data-id="test-0"] .summary')[0].click()
+    css(driver, f'.example[data-id="test-0"] tr[data-config="{config}"] .show-timeline')[0].click()
+    css(driver, ".timeline .next")[0].click()
+    css(driver, ".timeline .next")[0].click()
+    link = driver.current_url
+    assert "#" in link and "task=tag" in link and "step=2" in link
+
+    def view():
+        return driver.execute_script("""return {
+            task: document.querySelector('#tasks [aria-selected=true]').dataset.task,
+            sort: [...document.querySelectorAll('#board th')].filter((th) => th.getAttribute('aria-sort') !== 'none')
+                .map((th) => th.dataset.key + ' ' + th.getAttribute('aria-sort')),
+            speed: document.querySelector('#plot button[aria-pressed=true]').dataset.speed,
+            hidden: [...document.querySelectorAll('#plot-area .legend-entry[aria-pressed=false]')].map((b) => b.dataset.config),
+            open: [...document.querySelectorAll('.example .summary[aria-expanded=true]')].map((s) => s.parentNode.dataset.id),
+            timeline: [...document.querySelectorAll('.timeline')].map((t) => [t.dataset.config, t.dataset.step])};""")
+
+    before = view()
+    assert before == {"task": "tag", "sort": ["speed_factor_nfe descending"], "speed": "wall", "hidden": ["fixed_k:k=2"],
+                      "open": ["test-0"], "timeline": [[config, "2"]]}
+    for _ in range(2):  # followed from elsewhere, and reloaded
+        driver.get("about:blank")
+        driver.get(link)
+        WebDriverWait(driver, 30).until(lambda d: d.execute_script("return !!(window.sbdReport && window.sbdReport.ready)"))
+        assert view() == before
+        assert driver.current_url == link
+    # a fragment naming what the page lacks opens the page as it is
+    driver.get("about:blank")
+    driver.get(link.split("#")[0] + "#task=nope&sort=zzz:up&example=none&hide=x")
+    WebDriverWait(driver, 30).until(lambda d: d.execute_script("return !!(window.sbdReport && window.sbdReport.ready)"))
+    assert view() == {"task": "arith", "sort": [], "speed": "nfe", "hidden": [], "open": [], "timeline": []}
+    assert browser.console_errors(driver) == []
+
+
 def test_outputs_show_their_differences_from_ntp(driver, traced_page):
     browser.load(driver, traced_page)
     css(driver, '.example[data-id="2"] .summary')[0].click()

@@ -611,6 +611,39 @@ def test_outputs_show_their_differences_from_ntp(driver, traced_page):
         ["-", "k"], ["+", "s"], ["=", "itt"], ["-", "e"], ["+", "i"], ["=", "n"], ["+", "g"]]
 
 
+def test_compare_writes_both_runs_on_one_page(driver, tmp_path, capsys):
+    base = crafted_run(tmp_path / "a", standard_records())
+    changed = standard_records()
+    for r in changed:
+        r["correct"] = True if r["config"] == "fixed_k:k=4" and r["task"] == "arith" else r["correct"]
+    run = crafted_run(tmp_path / "b", changed)
+    out = tmp_path / "cmp" / "compare.html"
+    assert main(["compare", str(base), str(run), "--html", str(out)]) == 1  # accuracy moved: a regression, still drawn
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["page"] == str(out)
+    data = embedded(out)
+    names = [c["name"] for c in data["configs"]]
+    assert names == [f"{c} [{run}]" for c in ("ntp", "entropy_bounded:gamma=0.35,proxy=entropy", "fixed_k:k=4")
+                     for run in ("a", "b")]
+    assert [names[c["base"]] for c in data["configs"]] == ["ntp [a]", "ntp [b]"] * 3  # each against its own NTP
+    acc = {(data["tasks"][r["task"]], names[r["config"]]): r["values"]["accuracy"] for r in data["rows"]}
+    assert acc["arith", "fixed_k:k=4 [a]"] == 0.6 and acc["arith", "fixed_k:k=4 [b]"] == 1.0
+    assert page_problems(driver, out) == []
+    assert driver.title == "sbd_bench compare: b against a" and "Two runs side by side" in css(driver, "#banner")[0].text
+    css(driver, '.example[data-id="1"] .summary')[0].click()
+    verdicts = {tr.get_attribute("data-config"): tr.find_elements("css selector", "td")[1].text
+                for tr in css(driver, '.example[data-id="1"] tr[data-config]')}
+    assert verdicts["fixed_k:k=4 [a]"] == "✗" and verdicts["fixed_k:k=4 [b]"] == "✓"
+    # written again over itself; never over a file compare did not write (a run's own page here)
+    assert main(["compare", str(base), str(run), "--html", str(out)]) == 1
+    capsys.readouterr()
+    write_run_page(base, base)
+    before = (base / "report.html").read_text()
+    assert main(["compare", str(base), str(run), "--html", str(base / "report.html")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--html" in err and "did not write" in err, err
+    assert (base / "report.html").read_text() == before
+
+
 def test_broken_script_is_caught(driver, traced_page, tmp_path):
     """The checks above see a page whose script fails: one wrong line in report.js."""
     text = traced_page.read_text(encoding="utf-8")

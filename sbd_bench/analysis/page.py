@@ -72,8 +72,8 @@ def columns_of(rows: list[dict]) -> list[tuple]:
 
 def _config(row: dict, names: list[str], rows: list[dict]) -> dict:
     sampling = {k: v for k, v in zip(SAMPLING_KEYS, sampling_of(row)) if v is not None}
-    base = next((r["config"] for r in rows if r["solver"] == BASELINE_SOLVER and sampling_of(r) == sampling_of(row)),
-                None)
+    base = next((r["config"] for r in rows if r["solver"] == BASELINE_SOLVER and sampling_of(r) == sampling_of(row)
+                 and r.get("run") == row.get("run")), None)  # run: on a compare page, each run's own NTP
     return {"name": row["config"], "solver": row["solver"], "ntp": row["solver"] == BASELINE_SOLVER,
             "verified": is_verified(row), "sampled": bool(sampling) or (row.get("samples") or 1) > 1,
             "sampling": ", ".join(f"{k}={v}" for k, v in sampling.items()), "samples": row.get("samples") or 1,
@@ -109,12 +109,13 @@ def headline(rows: list[dict], tasks: list[str]) -> str:
     parts = []
     for task in tasks:
         here = [r for r in rows if r["task"] == task]
-        ntp = {sampling_of(r): r for r in here if r["solver"] == BASELINE_SOLVER and r["accuracy"] is not None}
+        # NTP per sampling settings (and per run on a compare page): what each configuration is held to
+        ntp = {(r.get("run"), sampling_of(r)): r for r in here if r["solver"] == BASELINE_SOLVER and r["accuracy"] is not None}
         if not ntp:
             continue
-        keep = [r for r in here if r["solver"] != BASELINE_SOLVER and sampling_of(r) in ntp
+        keep = [r for r in here if r["solver"] != BASELINE_SOLVER and (r.get("run"), sampling_of(r)) in ntp
                 and r["accuracy"] is not None and r["speed_factor_nfe"] is not None
-                and r["accuracy"] >= ntp[sampling_of(r)]["accuracy"] - 1e-9]
+                and r["accuracy"] >= ntp[r.get("run"), sampling_of(r)]["accuracy"] - 1e-9]
         if keep:
             best = max(r["speed_factor_nfe"] for r in keep)
             ties = [r["config"] for r in keep if r["speed_factor_nfe"] >= best - 1e-9]
@@ -245,8 +246,11 @@ def _script_safe(text: str) -> str:
     return text.replace("</", "<\\/")
 
 
+COMPARE_TITLE = "<title>sbd_bench compare: "  # how `compare --html` knows a page it wrote before
+
+
 def page_html(data: dict) -> str:
-    title = html.escape(f"sbd_bench report: {data['run']}")
+    title = html.escape(f"sbd_bench {'compare' if data.get('compare') else 'report'}: {data['run']}")
     payload = _script_safe(json.dumps(data, allow_nan=False, separators=(",", ":"), ensure_ascii=False))
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',

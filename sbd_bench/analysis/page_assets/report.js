@@ -86,6 +86,10 @@
     }
     const banner = document.getElementById("banner");
     const say = (text) => banner.append(el("div", { class: "banner", text }));
+    if (data.compare) {
+      say(`Two runs side by side: ${data.compare[0]} (the baseline) and ${data.compare[1]}, on the examples they share; `
+        + "each configuration is CONFIG [RUN], its speed factors against its own run's NTP. The run details are " + data.compare[1] + "'s.");
+    }
     if (!data.complete) say("Incomplete run: finish it with `" + (data.resume_command || "python -m sbd_bench run --resume RUN_DIR") + "`.");
     if (data.warning) say("Warning: " + data.warning + ".");
     if (data.failures) say(data.failures + " sample(s) failed: see the errors in report.md and summary.json.");

@@ -1,7 +1,9 @@
 """report.html: built from the records alone, self-contained, and working in a real browser (headless
 Chromium): no console error, no request leaving the file, the leaderboard's numbers equal
-summary.json's and sort on a click, the plot names a point on hover, a traced example's decoding steps
-forward. The browser tests skip only where Chromium is missing locally; CI (.ci/run) installs it and
+summary.json's and sort on a click or a key, the plot draws the intervals and names a point on hover,
+verdicts and configurations are told apart without colour, every sample of a sampled run counts, a
+traced example's decoding steps forward, a 390 px window, the summary, filters, legend, permalinks and
+the compare page. One browser per module. The browser tests skip only where Chromium is missing locally; CI (.ci/run) installs it and
 fails rather than skips. Also: traces.jsonl read and checked against its records (trace_fixtures.py)."""
 from __future__ import annotations
 

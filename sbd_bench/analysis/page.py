@@ -4,11 +4,13 @@
 
 The page opens from disk with no network: the run's figures are embedded as one JSON document, and
 the page's script and style (``page_assets/report.js``, ``report.css``, hand-written, no library) are
-inlined when it is written. What it shows, per task: the leaderboard (every summary figure, sortable,
-95% intervals, the same strings as report.md), accuracy against the NFE or wall-clock speed factor
-with the Pareto front (``report.pareto_front``), and the examples: prompt, each configuration's output
-beside NTP's with the differences marked, the verdicts, and where a trace exists (``traces.jsonl``,
-``traces.py``) the decoding played forward by forward.
+inlined when it is written. What it shows: the cross-task summary (report.md's main table, a one-line
+``headline``), then per task the leaderboard (every summary figure, sortable, 95% intervals, the same
+strings as report.md), accuracy against the NFE or wall-clock speed factor with the intervals as
+whiskers and the Pareto front (``formats.pareto_front``), and the examples: prompt, every sample's
+output beside NTP's with the differences marked, the verdicts, and where a trace exists
+(``traces.jsonl``, ``traces.py``) the decoding played forward by forward. ``compare --html`` builds the
+same document from two runs (``compare.compare_page_data``).
 
 Size: outputs are embedded in full up to ``OUTPUT_BUDGET`` characters, the first examples of every task
 first; past it an example shows its verdicts and forward counts only (traced examples are always in

@@ -1,7 +1,9 @@
 """report.html: built from the records alone, self-contained, and working in a real browser (headless
 Chromium): no console error, no request leaving the file, the leaderboard's numbers equal
-summary.json's and sort on a click, the plot names a point on hover, a traced example's decoding steps
-forward. The browser tests skip only where Chromium is missing locally; CI (.ci/run) installs it and
+summary.json's and sort on a click or a key, the plot draws the intervals and names a point on hover,
+verdicts and configurations are told apart without colour, every sample of a sampled run counts, a
+traced example's decoding steps forward, a 390 px window, the summary, filters, legend, permalinks and
+the compare page. One browser per module. The browser tests skip only where Chromium is missing locally; CI (.ci/run) installs it and
 fails rather than skips. Also: traces.jsonl read and checked against its records (trace_fixtures.py)."""
 from __future__ import annotations
 
@@ -429,6 +431,37 @@ def test_every_sample_of_a_sampled_run_is_shown(driver, crafted_page):
     assert [r.find_elements("css selector", ".output")[0].text for r in rows] == [f"yyyyyyyy{s}" for s in range(3)]
 
 
+def test_filter_by_configuration_and_hide_from_the_legend(driver, crafted_page):
+    browser.load(driver, crafted_page)
+
+    def ids():
+        return [e.get_attribute("data-id") for e in css(driver, ".example")]
+
+    options = {o.text: o.get_attribute("value") for o in css(driver, "#example-filter optgroup option")}
+    assert list(options) == ["ntp wrong", "entropy_bounded:gamma=0.35,proxy=entropy wrong", "fixed_k:k=4 wrong",
+                             f"{SAMPLED} wrong"]
+    choose(driver, "#example-filter", options["fixed_k:k=4 wrong"])
+    assert ids() == ["1", "2", "3"]  # wrong on the odd examples, raised on 2
+    choose(driver, "#example-filter", options[f"{SAMPLED} wrong"])
+    assert ids() == ["0"]
+    choose(driver, "#example-filter", options["ntp wrong"])
+    assert ids() == [] and "No example of arith" in css(driver, "#example-list")[0].text
+
+    def drawn():
+        return sorted({e.get_attribute("data-config") for e in css(driver, "#plot-area .point, #plot-area .whisker")})
+
+    everyone = drawn()
+    assert "fixed_k:k=4" in everyone
+    css(driver, '#plot-area .legend-entry[data-config="fixed_k:k=4"]')[0].click()
+    assert drawn() == [c for c in everyone if c != "fixed_k:k=4"]
+    entry = css(driver, '#plot-area .legend-entry[data-config="fixed_k:k=4"]')[0]
+    assert entry.get_attribute("aria-pressed") == "false"
+    css(driver, '#plot-area .legend-entry[data-config="ntp"]')[0].click()
+    assert drawn() == [c for c in everyone if c not in ("fixed_k:k=4", "ntp")]
+    css(driver, "#plot-area .legend-all")[0].click()
+    assert drawn() == everyone and css(driver, "#plot-area .legend-all") == []
+
+
 def test_timeline_steps_forward(driver, traced_page):
     assert page_problems(driver, traced_page) == []
     css(driver, '.example[data-id="0"] .summary')[0].click()
@@ -527,6 +560,49 @@ def test_small_screens_and_edges(driver, baseline_page, crafted_page):
     assert css(driver, ".example") == [] and "choose \"all examples\"" in css(driver, "#example-list")[0].text
 
 
+def test_permalink_opens_the_same_view(driver, baseline_page):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.load(driver, baseline_page)
+    config = "fixed_k:k=16,verify=on"
+    css(driver, '#tasks button[data-task="tag"]')[0].click()
+    css(driver, '#board th[data-key="speed_factor_nfe"]')[0].click()
+    css(driver, '#plot button[data-speed="wall"]')[0].click()
+    css(driver, '#plot-area .legend-entry[data-config="fixed_k:k=2"]')[0].click()
+    css(driver, '.example[data-id="test-0"] .summary')[0].click()
+    css(driver, f'.example[data-id="test-0"] tr[data-config="{config}"] .show-timeline')[0].click()
+    css(driver, ".timeline .next")[0].click()
+    css(driver, ".timeline .next")[0].click()
+    link = driver.current_url
+    assert "#" in link and "task=tag" in link and "step=2" in link
+
+    def view():
+        return driver.execute_script("""return {
+            task: document.querySelector('#tasks [aria-selected=true]').dataset.task,
+            sort: [...document.querySelectorAll('#board th')].filter((th) => th.getAttribute('aria-sort') !== 'none')
+                .map((th) => th.dataset.key + ' ' + th.getAttribute('aria-sort')),
+            speed: document.querySelector('#plot button[aria-pressed=true]').dataset.speed,
+            hidden: [...document.querySelectorAll('#plot-area .legend-entry[aria-pressed=false]')].map((b) => b.dataset.config),
+            open: [...document.querySelectorAll('.example .summary[aria-expanded=true]')].map((s) => s.parentNode.dataset.id),
+            timeline: [...document.querySelectorAll('.timeline')].map((t) => [t.dataset.config, t.dataset.step])};""")
+
+    before = view()
+    assert before == {"task": "tag", "sort": ["speed_factor_nfe descending"], "speed": "wall", "hidden": ["fixed_k:k=2"],
+                      "open": ["test-0"], "timeline": [[config, "2"]]}
+    for _ in range(2):  # followed from elsewhere, and reloaded
+        driver.get("about:blank")
+        driver.get(link)
+        WebDriverWait(driver, 30).until(lambda d: d.execute_script("return !!(window.sbdReport && window.sbdReport.ready)"))
+        assert view() == before
+        assert driver.current_url == link
+    # a fragment naming what the page lacks opens the page as it is
+    driver.get("about:blank")
+    driver.get(link.split("#")[0] + "#task=nope&sort=zzz:up&example=none&hide=x")
+    WebDriverWait(driver, 30).until(lambda d: d.execute_script("return !!(window.sbdReport && window.sbdReport.ready)"))
+    assert view() == {"task": "arith", "sort": [], "speed": "nfe", "hidden": [], "open": [], "timeline": []}
+    assert browser.console_errors(driver) == []
+
+
 def test_outputs_show_their_differences_from_ntp(driver, traced_page):
     browser.load(driver, traced_page)
     css(driver, '.example[data-id="2"] .summary')[0].click()
@@ -535,6 +611,39 @@ def test_outputs_show_their_differences_from_ntp(driver, traced_page):
     assert [e.text for e in row.find_elements("css selector", "ins")] == ["x"]
     assert driver.execute_script("return window.sbdReport.diff('kitten', 'sitting')") == [
         ["-", "k"], ["+", "s"], ["=", "itt"], ["-", "e"], ["+", "i"], ["=", "n"], ["+", "g"]]
+
+
+def test_compare_writes_both_runs_on_one_page(driver, tmp_path, capsys):
+    base = crafted_run(tmp_path / "a", standard_records())
+    changed = standard_records()
+    for r in changed:
+        r["correct"] = True if r["config"] == "fixed_k:k=4" and r["task"] == "arith" else r["correct"]
+    run = crafted_run(tmp_path / "b", changed)
+    out = tmp_path / "cmp" / "compare.html"
+    assert main(["compare", str(base), str(run), "--html", str(out)]) == 1  # accuracy moved: a regression, still drawn
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["page"] == str(out)
+    data = embedded(out)
+    names = [c["name"] for c in data["configs"]]
+    assert names == [f"{c} [{run}]" for c in ("ntp", "entropy_bounded:gamma=0.35,proxy=entropy", "fixed_k:k=4")
+                     for run in ("a", "b")]
+    assert [names[c["base"]] for c in data["configs"]] == ["ntp [a]", "ntp [b]"] * 3  # each against its own NTP
+    acc = {(data["tasks"][r["task"]], names[r["config"]]): r["values"]["accuracy"] for r in data["rows"]}
+    assert acc["arith", "fixed_k:k=4 [a]"] == 0.6 and acc["arith", "fixed_k:k=4 [b]"] == 1.0
+    assert page_problems(driver, out) == []
+    assert driver.title == "sbd_bench compare: b against a" and "Two runs side by side" in css(driver, "#banner")[0].text
+    css(driver, '.example[data-id="1"] .summary')[0].click()
+    verdicts = {tr.get_attribute("data-config"): tr.find_elements("css selector", "td")[1].text
+                for tr in css(driver, '.example[data-id="1"] tr[data-config]')}
+    assert verdicts["fixed_k:k=4 [a]"] == "✗" and verdicts["fixed_k:k=4 [b]"] == "✓"
+    # written again over itself; never over a file compare did not write (a run's own page here)
+    assert main(["compare", str(base), str(run), "--html", str(out)]) == 1
+    capsys.readouterr()
+    write_run_page(base, base)
+    before = (base / "report.html").read_text()
+    assert main(["compare", str(base), str(run), "--html", str(base / "report.html")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--html" in err and "did not write" in err, err
+    assert (base / "report.html").read_text() == before
 
 
 def test_broken_script_is_caught(driver, traced_page, tmp_path):

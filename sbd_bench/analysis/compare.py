@@ -1,6 +1,7 @@
 """Regression check of a run against a baseline run, from record files only (no torch import).
 
     python -m sbd_bench compare results/baseline runs/ci            # exit 1 on a regression
+    python -m sbd_bench compare results/baseline runs/ci --html compare.html   # and both runs on one page
 
 Both runs are cut to the examples they share (a short CI run against a full baseline compares like
 with like), then summarised with the same metrics. Per configuration x task it fails when
@@ -32,8 +33,10 @@ import sys
 from pathlib import Path
 
 from ..types import UsageError
-from .metrics import example_key, is_lossless, is_verified, sampling_of, summarize
+from .metrics import BASELINE_SOLVER, example_key, is_lossless, is_verified, ntp_mismatch_warning, sampling_of, summarize
+from .page import COMPARE_TITLE, page_data, page_html
 from .records import check_output_file, load_run, starts_with, write_text_atomic
+from .traces import TRACES, read_traces
 
 
 class CompareError(UsageError):
@@ -165,6 +168,40 @@ def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[dic
     return body, regressions, notes
 
 
+def compare_page_data(baseline_dir: Path, run_dir: Path) -> dict:
+    """report.html's document for two runs side by side (``compare --html``): both cut to the examples
+    they share, each summarised alone (speed factors against its own NTP), every configuration named
+    ``CONFIG [RUN]`` with the baseline's row above the run's, the examples showing both runs' outputs."""
+    base_summary, base_records = load_run(baseline_dir)
+    run_summary, run_records = load_run(run_dir)
+    shared = {example_key(r) for r in base_records} & {example_key(r) for r in run_records}
+    if not shared:
+        raise CompareError(f"{run_dir} and {baseline_dir} share no example (task, id): compare runs of the same tasks")
+    labels = (Path(baseline_dir).name, Path(run_dir).name)
+    if labels[0] == labels[1]:
+        labels = (f"baseline {labels[0]}", f"run {labels[1]}")
+    pass_k = _pass_k(base_summary, run_summary)
+    rows, records, traces, warnings = [], [], [], []
+    for label, folder, summary, found in ((labels[0], baseline_dir, base_summary, base_records),
+                                          (labels[1], run_dir, run_summary, run_records)):
+        named = [{**r, "config": f"{r['config']} [{label}]"} for r in found if example_key(r) in shared]
+        rows += [{**row, "run": label} for row in summarize(named, pass_k)]
+        records += named
+        traces += [{**t, "config": f"{t['config']} [{label}]"} for t in read_traces(Path(folder) / TRACES)
+                   if (t["task"], str(t["id"])) in shared]
+        warning = ntp_mismatch_warning(named, exact=bool((summary.get("provenance") or {}).get("exact")))
+        warnings += [f"{label}: {warning}"] if warning else []
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    configs = list(dict.fromkeys(r["config"].rsplit(" [", 1)[0] for r in rows))
+    configs.sort(key=lambda c: c.split(":")[0] != BASELINE_SOLVER)  # NTP first, then the runs' order
+    rows.sort(key=lambda r: (tasks.index(r["task"]), configs.index(r["config"].rsplit(" [", 1)[0]),
+                             labels.index(r["run"])))
+    data = page_data(f"{labels[1]} against {labels[0]}", run_summary, records, rows, traces)
+    data.update(compare=list(labels), warning="; ".join(warnings) or None,
+                complete=bool(base_summary.get("complete")) and bool(run_summary.get("complete")))
+    return data
+
+
 def _draws(records: list[dict], shared: set) -> dict[tuple[str, str], dict]:
     """(config, task) -> {(id, sample): seed} over the shared examples (greedy records: sample 0, no seed)."""
     out: dict[tuple[str, str], dict] = {}
@@ -277,7 +314,13 @@ def cmd_compare(args) -> int:
     if args.out:  # a comparison written before may be replaced; a run's records or any other file may not
         check_output_file(Path(args.out), "compare.md", lambda path: starts_with(path, TABLE_START)
                           or starts_with(path, SUMMARY_TITLE), "compare")
+    if args.html:  # the same for the page: one `compare --html` wrote, or a new file
+        check_output_file(Path(args.html), "compare.html", _is_compare_page, "compare", flag="--html")
     rows, regressions, notes = compare_runs(Path(args.baseline), Path(args.run), tol)
+    if args.html:
+        text = page_html(compare_page_data(Path(args.baseline), Path(args.run)))
+        Path(args.html).parent.mkdir(parents=True, exist_ok=True)  # the check above probed it and left nothing
+        write_text_atomic(Path(args.html), text)
     if args.format == "markdown":
         text = summary_markdown(rows, regressions, notes, Path(args.baseline), Path(args.run), tol)
         written = text
@@ -292,8 +335,17 @@ def cmd_compare(args) -> int:
     for line in regressions:
         print(f"REGRESSION: {line}", file=sys.stderr)
     status = "fail" if regressions else "pass"
-    print(json.dumps({"status": status, "regressions": len(regressions), "compared": len(rows)}))
+    print(json.dumps({"status": status, "regressions": len(regressions), "compared": len(rows),
+                      **({"page": str(args.html)} if args.html else {})}))
     return 1 if regressions else 0
+
+
+def _is_compare_page(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return COMPARE_TITLE.encode() in handle.read(4096)
+    except OSError:
+        return False
 
 
 def add_cli(subparsers) -> None:
@@ -306,6 +358,9 @@ def add_cli(subparsers) -> None:
     p.add_argument("--wall-tol", type=float, default=0.2,
                    help="allowed relative drop of the wall-clock speed factor (default 0.2; CI uses 0.5)")
     p.add_argument("--out", default=None, help="also write the table and findings to this Markdown file")
+    p.add_argument("--html", default=None, metavar="FILE",
+                   help="also write a page like report.html with both runs side by side (each configuration as "
+                        "CONFIG [RUN], both runs' outputs per example), e.g. --html compare.html")
     p.add_argument("--format", choices=("table", "markdown"), default="table",
                    help="table: one Markdown table in the run's order (default); markdown: a summary for a CI job page "
                         "(status, regressions, improvements, unchanged rows, notes), e.g. >> $GITHUB_STEP_SUMMARY")

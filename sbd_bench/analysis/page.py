@@ -4,11 +4,13 @@
 
 The page opens from disk with no network: the run's figures are embedded as one JSON document, and
 the page's script and style (``page_assets/report.js``, ``report.css``, hand-written, no library) are
-inlined when it is written. What it shows, per task: the leaderboard (every summary figure, sortable,
-95% intervals, the same strings as report.md), accuracy against the NFE or wall-clock speed factor
-with the Pareto front (``report.pareto_front``), and the examples: prompt, each configuration's output
-beside NTP's with the differences marked, the verdicts, and where a trace exists (``traces.jsonl``,
-``traces.py``) the decoding played forward by forward.
+inlined when it is written. What it shows: the cross-task summary (report.md's main table, a one-line
+``headline``), then per task the leaderboard (every summary figure, sortable, 95% intervals, the same
+strings as report.md), accuracy against the NFE or wall-clock speed factor with the intervals as
+whiskers and the Pareto front (``formats.pareto_front``), and the examples: prompt, every sample's
+output beside NTP's with the differences marked, the verdicts, and where a trace exists
+(``traces.jsonl``, ``traces.py``) the decoding played forward by forward. ``compare --html`` builds the
+same document from two runs (``compare.compare_page_data``).
 
 Size: outputs are embedded in full up to ``OUTPUT_BUDGET`` characters, the first examples of every task
 first; past it an example shows its verdicts and forward counts only (traced examples are always in
@@ -72,8 +74,8 @@ def columns_of(rows: list[dict]) -> list[tuple]:
 
 def _config(row: dict, names: list[str], rows: list[dict]) -> dict:
     sampling = {k: v for k, v in zip(SAMPLING_KEYS, sampling_of(row)) if v is not None}
-    base = next((r["config"] for r in rows if r["solver"] == BASELINE_SOLVER and sampling_of(r) == sampling_of(row)),
-                None)
+    base = next((r["config"] for r in rows if r["solver"] == BASELINE_SOLVER and sampling_of(r) == sampling_of(row)
+                 and r.get("run") == row.get("run")), None)  # run: on a compare page, each run's own NTP
     return {"name": row["config"], "solver": row["solver"], "ntp": row["solver"] == BASELINE_SOLVER,
             "verified": is_verified(row), "sampled": bool(sampling) or (row.get("samples") or 1) > 1,
             "sampling": ", ".join(f"{k}={v}" for k, v in sampling.items()), "samples": row.get("samples") or 1,
@@ -109,12 +111,13 @@ def headline(rows: list[dict], tasks: list[str]) -> str:
     parts = []
     for task in tasks:
         here = [r for r in rows if r["task"] == task]
-        ntp = {sampling_of(r): r for r in here if r["solver"] == BASELINE_SOLVER and r["accuracy"] is not None}
+        # NTP per sampling settings (and per run on a compare page): what each configuration is held to
+        ntp = {(r.get("run"), sampling_of(r)): r for r in here if r["solver"] == BASELINE_SOLVER and r["accuracy"] is not None}
         if not ntp:
             continue
-        keep = [r for r in here if r["solver"] != BASELINE_SOLVER and sampling_of(r) in ntp
+        keep = [r for r in here if r["solver"] != BASELINE_SOLVER and (r.get("run"), sampling_of(r)) in ntp
                 and r["accuracy"] is not None and r["speed_factor_nfe"] is not None
-                and r["accuracy"] >= ntp[sampling_of(r)]["accuracy"] - 1e-9]
+                and r["accuracy"] >= ntp[r.get("run"), sampling_of(r)]["accuracy"] - 1e-9]
         if keep:
             best = max(r["speed_factor_nfe"] for r in keep)
             ties = [r["config"] for r in keep if r["speed_factor_nfe"] >= best - 1e-9]
@@ -245,8 +248,11 @@ def _script_safe(text: str) -> str:
     return text.replace("</", "<\\/")
 
 
+COMPARE_TITLE = "<title>sbd_bench compare: "  # how `compare --html` knows a page it wrote before
+
+
 def page_html(data: dict) -> str:
-    title = html.escape(f"sbd_bench report: {data['run']}")
+    title = html.escape(f"sbd_bench {'compare' if data.get('compare') else 'report'}: {data['run']}")
     payload = _script_safe(json.dumps(data, allow_nan=False, separators=(",", ":"), ensure_ascii=False))
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',

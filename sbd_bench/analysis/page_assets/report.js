@@ -5,7 +5,9 @@
 (function () {
   "use strict";
   const data = JSON.parse(document.getElementById("report-data").textContent);
-  const state = { task: 0, speed: "nfe", sort: null, page: 0, filter: "all" };
+  // what the reader chose; saved in the address's #fragment (saveState), so a link opens the same view
+  const state = { task: 0, speed: "nfe", sort: null, page: 0, filter: "all", hidden: new Set(), example: null,
+    trace: null, step: 0 };
   /* One colour-blind-safe scheme, Paul Tol's "muted" (its nine colours stay apart under deuteranopia,
      protanopia and tritanopia); past nine configurations the marker's fill is the second channel:
      solid, hollow, solid with a hole, hollow with a dot (36 configurations told apart, then names). The
@@ -84,6 +86,10 @@
     }
     const banner = document.getElementById("banner");
     const say = (text) => banner.append(el("div", { class: "banner", text }));
+    if (data.compare) {
+      say(`Two runs side by side: ${data.compare[0]} (the baseline) and ${data.compare[1]}, on the examples they share; `
+        + "each configuration is CONFIG [RUN], its speed factors against its own run's NTP. The run details are " + data.compare[1] + "'s.");
+    }
     if (!data.complete) say("Incomplete run: finish it with `" + (data.resume_command || "python -m sbd_bench run --resume RUN_DIR") + "`.");
     if (data.warning) say("Warning: " + data.warning + ".");
     if (data.failures) say(data.failures + " sample(s) failed: see the errors in report.md and summary.json.");
@@ -91,7 +97,11 @@
 
   /* The task tabs, keyboard as the ARIA tabs pattern has it: one tab in the Tab order (the selected
      one), arrow keys, Home and End move to a tab and show it. */
-  function selectTask(i) { state.task = i; state.page = 0; renderTask(); }
+  function selectTask(i) {
+    state.task = i; state.page = 0; state.example = null; state.trace = null;
+    renderTask();
+    saveState();
+  }
   function renderTabs() {
     const nav = document.getElementById("tasks");
     const select = selectTask;
@@ -180,6 +190,7 @@
     state.sort = { key, dir: same ? (state.sort.dir === "ascending" ? "descending" : "ascending") : first };
     const focused = document.activeElement && document.activeElement.closest("#board th");
     renderBoard();
+    saveState();
     if (focused) document.querySelector(`#board th[data-key="${key}"] button`).focus();  // the table was redrawn
   }
   function renderBoard() {
@@ -226,7 +237,8 @@
     const area = document.getElementById("plot-area");
     area.textContent = "";
     const key = "speed_factor_" + state.speed;
-    const points = data.rows.filter((r) => r.task === state.task && r.values.accuracy !== null && r.values[key] !== null);
+    const drawable = data.rows.filter((r) => r.task === state.task && r.values.accuracy !== null && r.values[key] !== null);
+    const points = drawable.filter((r) => !state.hidden.has(r.config));  // the legend hides and shows configurations
     // drawn at the width it is shown at (780 at most), so that its text stays 11 px on a phone too
     const W = Math.round(Math.max(300, Math.min(780, area.clientWidth || 780))), H = Math.round(Math.min(430, 0.62 * W + 90));
     const m = { l: 52, r: 16, t: 14, b: 46 };
@@ -282,9 +294,20 @@
       plot.append(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, document.createTextNode("no verdicts")));
     }
     area.append(plot);
-    const legend = el("div", { class: "legend" });
-    for (const r of points) legend.append(el("span", {}, swatch(r.config), data.configs[r.config].name));
-    legend.append(el("span", { text: "■ NTP; ◆ verified; dashed: the Pareto front, ringed: on it; lines: 95% intervals; hover a marker for its figures" }));
+    const legend = el("div", { class: "legend", role: "group", "aria-label": "configurations shown in the plot" });
+    for (const r of drawable) {
+      const shown = !state.hidden.has(r.config);
+      legend.append(el("button", { type: "button", class: "legend-entry", "data-config": data.configs[r.config].name,
+        "aria-pressed": String(shown), title: (shown ? "hide " : "show ") + data.configs[r.config].name,
+        onclick: () => { if (shown) state.hidden.add(r.config); else state.hidden.delete(r.config); renderPlot(); saveState(); } },
+      swatch(r.config), data.configs[r.config].name));
+    }
+    if (state.hidden.size) {
+      legend.append(el("button", { type: "button", class: "legend-all", text: `show all (${drawable.length - points.length} hidden)`,
+        onclick: () => { state.hidden.clear(); renderPlot(); saveState(); } }));
+    }
+    legend.append(el("span", { text: "click a name to hide or show it; ■ NTP; ◆ verified; dashed: the Pareto front of all configurations, ringed: on it; "
+      + "lines: 95% intervals; hover a marker for its figures" }));
     area.append(legend);
   }
   function tooltipLines(r) {
@@ -397,17 +420,29 @@
     differs: ["output differs from NTP's", differsFromNtp],
     traced: ["traced (decoding timeline)", (ex) => ex.traced],
   };
+  /* [label, test] of a filter: one of FILTERS, or "wrong:I", the examples where configuration I has a
+     wrong or failed sample. */
+  function filterOf(key) {
+    if (key.startsWith("wrong:")) {
+      const i = +key.slice(6), config = data.configs[i];
+      if (config) return [config.name + " wrong", (ex) => !!ex.cells[i] && ex.cells[i].some(isWrong)];
+    }
+    return FILTERS[key] || FILTERS.all;
+  }
   function renderExamples() {
     const all = data.examples[taskName()] || [];
-    const shown = all.filter(FILTERS[state.filter][1]);
+    const shown = all.filter(filterOf(state.filter)[1]);
     const pages = Math.max(1, Math.ceil(shown.length / data.per_page));
     state.page = Math.min(state.page, pages - 1);
     const controls = document.getElementById("example-controls");
     controls.textContent = "";
     const select = el("select", { id: "example-filter", "aria-label": "which examples",
-      onchange: (e) => { state.filter = e.target.value; state.page = 0; renderExamples(); } },
-      ...Object.entries(FILTERS).map(([key, [label]]) => el("option", { value: key, text: label, selected: key === state.filter })));
-    const go = (page) => { state.page = page; renderExamples(); };
+      onchange: (e) => { state.filter = e.target.value; state.page = 0; state.example = null; renderExamples(); saveState(); } },
+      ...Object.entries(FILTERS).map(([key, [label]]) => el("option", { value: key, text: label, selected: key === state.filter })),
+      el("optgroup", { label: "this configuration wrong" }, ...data.configs.map((config, i) => ({ config, i }))
+        .filter(({ i }) => all.some((ex) => ex.cells[i])).map(({ config, i }) => el("option", { value: "wrong:" + i,
+          text: config.name + " wrong", selected: "wrong:" + i === state.filter }))));
+    const go = (page) => { state.page = page; state.example = null; renderExamples(); saveState(); };
     controls.append(select, el("div", { class: "pager" },
       el("button", { type: "button", class: "prev", text: "◀", disabled: state.page === 0, onclick: () => go(state.page - 1) }),
       el("span", { class: "page-label", text: `page ${state.page + 1} of ${pages}` }),
@@ -422,7 +457,7 @@
     list.textContent = "";
     for (const ex of shown.slice(state.page * data.per_page, (state.page + 1) * data.per_page)) list.append(exampleNode(ex));
     if (!shown.length) {
-      list.append(el("p", { class: "empty", text: all.length ? `No example of ${taskName()} is "${FILTERS[state.filter][0]}": choose "all examples" to see all ${all.length}.`
+      list.append(el("p", { class: "empty", text: all.length ? `No example of ${taskName()} is "${filterOf(state.filter)[0]}": choose "all examples" to see all ${all.length}.`
         : `This run holds no example of ${taskName()}.` }));
     }
   }
@@ -462,12 +497,16 @@
     el("span", { class: "verdicts" }, ...verdictNodes(ex)),
     ex.traced ? el("span", { class: "badge verified", text: "traced" }) : null,
     ex.full ? null : el("span", { class: "hint", text: "verdicts only" }));
-    function toggle() {
+    function toggle(quiet) {
       const open = detail.hidden;
       if (open && !detail.childElementCount) fillDetail(ex, detail);
       detail.hidden = !open;
       summary.setAttribute("aria-expanded", String(open));
+      if (quiet) return;
+      if (open) { state.example = ex.id; state.trace = null; } else if (state.example === ex.id) { state.example = null; state.trace = null; }
+      saveState();
     }
+    node.open = () => toggle(true);
     node.append(summary, detail);
     return node;
   }
@@ -492,13 +531,24 @@
         el("td", { class: "cfg" }, swatch(i), config.name, ...badges(config),
           several ? el("span", { class: "sample", text: ` sample ${sample[S.index]}` }) : null,
           ...mine.map((t) => el("button", { type: "button", class: "show-timeline", text: "timeline",
-            onclick: () => { timelineBox.textContent = ""; timelineBox.append(timeline(t)); } }))),
+            "data-trace": traceId(t), onclick: () => openTimeline(t, 0) }))),
         el("td", { class: correct ? "ok" : correct === false ? "no" : "", text: correct === null ? "–" : correct ? "✓" : "✗",
           title: verdictText(sample) }),
         el("td", { text: sample[S.nfe] === null ? "–" : sample[S.nfe] }), el("td", { text: sample[S.tokens] === null ? "–" : sample[S.tokens] }),
         el("td", {}, output)));
     }));
     detail.append(table, timelineBox);
+    function openTimeline(t, step) {
+      state.example = ex.id;
+      state.trace = traceId(t);
+      timelineBox.textContent = "";
+      timelineBox.append(timeline(t, step));  // saves the state with its first step
+    }
+    detail.openTimeline = (id, step) => {
+      const t = traces.find((tr) => traceId(tr) === id);
+      if (t) { openTimeline(t, step); return true; }
+      return false;
+    };
   }
 
   // ------------------------------------------------------------------------------ decoding timeline
@@ -543,7 +593,8 @@
     }
     return { out, current: step ? trace.forwards[step - 1] : null, previous: step > 1 ? trace.forwards[step - 2] : null, rejected };
   }
-  function timeline(trace) {
+  const traceId = (t) => data.configs[t.config].name + "@" + (t.sample || 0);
+  function timeline(trace, initialStep) {
     const total = trace.forwards.length, config = data.configs[trace.config];
     const finalLength = trace.forwards.reduce((s, f) => s + f.committed.length, 0);
     const box = el("div", { class: "timeline", "data-config": config.name, "data-forwards": total, "data-step": 0 });
@@ -578,6 +629,7 @@
       return node;
     }
     function show(step) {
+      if (state.trace === traceId(trace)) { state.step = step; saveState(); }
       slider.value = step;
       box.dataset.step = step;
       label.textContent = `forward ${step} of ${total}`;
@@ -618,7 +670,8 @@
       for (let i = shown; i < finalLength; i++) tokens.append(cell("future", -1, "not decoded yet", null, i));
       info.textContent = step ? describe(f, previous, out, total) : "Before the first forward: the prompt is in the cache, nothing is revealed.";
     }
-    show(0);
+    state.step = Math.max(0, Math.min(total, initialStep || 0));
+    show(state.step);
     return box;
   }
   function revealer(trace, step, index) {
@@ -654,6 +707,56 @@
   }
 
   // ------------------------------------------------------------------------------------------- page
+  /* The view as an address fragment: #task=arith&sort=nfe:descending&speed=wall&filter=wrong:2&hide=3,5
+     &example=7&trace=fixed_k:k=2@0&step=3 (only what differs from the page as it opens). */
+  function saveState() {
+    const p = new URLSearchParams();
+    if (state.task) p.set("task", taskName());
+    if (state.sort) p.set("sort", state.sort.key + ":" + state.sort.dir);
+    if (state.speed !== "nfe") p.set("speed", state.speed);
+    if (state.filter !== "all") p.set("filter", state.filter);
+    if (state.hidden.size) p.set("hide", [...state.hidden].map((i) => data.configs[i].name).join("|"));
+    if (state.page) p.set("page", state.page + 1);
+    if (state.example !== null) p.set("example", state.example);
+    if (state.example !== null && state.trace) { p.set("trace", state.trace); p.set("step", state.step); }
+    const hash = p.toString();
+    if (("#" + hash) !== location.hash && !(hash === "" && location.hash === "")) {
+      history.replaceState(null, "", hash ? "#" + hash : location.pathname + location.search);
+    }
+  }
+  /* The view a fragment names; what it names that this page lacks is ignored. */
+  function readState() {
+    const p = new URLSearchParams(location.hash.slice(1));
+    const task = data.tasks.indexOf(p.get("task"));
+    state.task = task < 0 ? 0 : task;
+    const [key, dir] = (p.get("sort") || "").split(":");
+    const keys = ["config", ...data.columns.map((c) => c.key)];
+    state.sort = keys.includes(key) && (dir === "ascending" || dir === "descending") ? { key, dir } : null;
+    state.speed = p.get("speed") === "wall" ? "wall" : "nfe";
+    state.filter = p.get("filter") || "all";
+    if (filterOf(state.filter) === FILTERS.all) state.filter = "all";
+    const names = data.configs.map((c) => c.name);
+    state.hidden = new Set((p.get("hide") || "").split("|").map((n) => names.indexOf(n)).filter((i) => i >= 0));
+    state.page = Math.max(0, (parseInt(p.get("page"), 10) || 1) - 1);
+    state.example = p.get("example");
+    state.trace = p.get("trace");
+    state.step = parseInt(p.get("step"), 10) || 0;
+  }
+  /* Open the example (and timeline step) the state names: on its page of the list, scrolled into view. */
+  function openFromState() {
+    if (state.example === null) return;
+    const { example, trace, step } = state;
+    const list = (data.examples[taskName()] || []).filter(filterOf(state.filter)[1]);
+    const at = list.findIndex((ex) => ex.id === example);
+    if (at < 0) { state.example = null; state.trace = null; saveState(); return; }
+    if (Math.floor(at / data.per_page) !== state.page) { state.page = Math.floor(at / data.per_page); renderExamples(); }
+    const node = [...document.querySelectorAll("#example-list .example")].find((n) => n.dataset.id === example);
+    node.open();
+    state.example = example;
+    state.trace = trace && node.querySelector(".detail").openTimeline(trace, step) ? trace : null;
+    node.scrollIntoView();
+    saveState();
+  }
   function renderTask() {
     for (const tab of document.querySelectorAll("#tasks button")) {
       const selected = tab.dataset.task === taskName();
@@ -666,7 +769,7 @@
     renderExamples();
   }
   for (const button of document.querySelectorAll("#plot .switch button")) {
-    button.addEventListener("click", () => { state.speed = button.dataset.speed; renderPlot(); });
+    button.addEventListener("click", () => { state.speed = button.dataset.speed; renderPlot(); saveState(); });
   }
   // what scrolls into view lands below the sticky tab bar, however many lines its tabs take
   const padTop = () => { document.documentElement.style.scrollPaddingTop = document.getElementById("tasks").offsetHeight + 8 + "px"; };
@@ -682,8 +785,11 @@
   renderHeader();
   renderSummary();
   renderTabs();
+  readState();
   renderTask();
   padTop();
+  openFromState();
+  window.addEventListener("hashchange", () => { readState(); renderTask(); openFromState(); });  // a link followed on the page
   window.sbdReport = { ready: true, loadMs: performance.now(), diff };
   document.body.dataset.ready = "true";
 })();

@@ -596,8 +596,11 @@ class Decoder:
                 return x if x is None or whole else x[idx, :size]
 
             masked = part(open_slots)
+            # the block and revealed_at as copies: the core goes on from its own, whatever a solver writes in
+            # its view (at batch 1 part() is the tensor itself)
             history = {} if memory is None else dict(
-                block=part(block), revealed_at=part(memory.revealed_at), previous_logits=part(memory.logits),
+                block=part(block).clone(), revealed_at=part(memory.revealed_at).clone(),
+                previous_logits=part(memory.logits),
                 state=part(memory.state), shadow_logits=part(shadow))
             view = BlockView(logits=part(logits), masked=masked, step=step, generator=generator, **history)
             decision = solver.select(view)
@@ -695,6 +698,10 @@ class Decoder:
     @staticmethod
     def _check_decision(solver: Solver, picked, dropped, kept, masked: torch.Tensor) -> None:
         """The shapes and types of a solver's answer (what it may reveal or drop is checked in ``_reveal``)."""
+        if picked is None:
+            raise SolverContractError(f"solver '{solver.name}': select returned None; it must return a bool tensor "
+                                      f"shaped like view.masked {tuple(masked.shape)} (or a Decision holding one): "
+                                      f"is a return statement missing?")
         for what, value in (("select", picked), ("Decision.remask", dropped)):
             if value is not None and (not isinstance(value, torch.Tensor) or value.dtype != torch.bool
                                       or value.shape != masked.shape):

@@ -106,6 +106,25 @@ def play_block(solver: Solver, logits: list[torch.Tensor], shadows: list[torch.T
     return forwards
 
 
+def contradicted_block(k: int = 8, vocab: int = 50) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """A block built to need a revocation, as (logits, shadows) for ``play_block`` (batch 1): at forward 0 the
+    first k/2 slots are sure of token i + 1 (p = 0.998) and the rest unsure (uniform); from forward 1 on the
+    rest are sure of their tokens, while the block's own logits and the shadow at the first k/2 slots give
+    the token revealed there p = 1e-9 and are sure of another: every signal says the early reveals were wrong."""
+    half = k // 2
+    first = torch.zeros(1, k, vocab)
+    later = torch.zeros(1, k, vocab)
+    for i in range(k):
+        if i < half:
+            first[0, i, i + 1] = 10.0
+            later[0, i, i + 1], later[0, i, half + i + 1] = -10.0, 10.0
+        else:
+            later[0, i, i + 1] = 10.0
+    for logits in (first, later):
+        logits[..., vocab - 1] = float("-inf")  # the mask token
+    return [first, later], [later, later]
+
+
 def check_solver(solver: Solver, k: int = 8, vocab: int = 50, seeds: range = range(3)) -> None:
     if not solver.decodes_blocks:
         return  # the NTP baseline never selects: the core decodes it through the causal stream
@@ -129,3 +148,10 @@ def check_solver(solver: Solver, k: int = 8, vocab: int = 50, seeds: range = ran
             assert not left.any(), f"{name}: did not finish a block of {k} positions within 2k = {2 * k} forwards"
             if not solver.revokes:
                 assert len(forwards) <= k, f"{name}: took more than k = {k} forwards for a block of {k}"
+    if solver.revokes:  # a solver that says it revokes must, where every signal says a reveal was wrong
+        logits, shadows = contradicted_block(k, vocab)
+        forwards = play_block(solver, logits, shadows)
+        assert any(f.remask.any() for f in forwards), (
+            f"{name}: revokes = True, yet it masked nothing again in a block built to need it (contradicted_block: "
+            f"tokens revealed at forward 0 that every later forward, the shadow included, gives p = 1e-9); a solver "
+            f"that never revokes leaves revokes False")

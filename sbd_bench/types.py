@@ -46,7 +46,8 @@ class BlockView:
     """
 
     logits: torch.Tensor  # (B, k, V) float32
-    masked: torch.Tensor  # (B, k) bool: True where the position is still masked
+    masked: torch.Tensor  # (B, k) bool: True where the position is still masked (and can still change the output:
+    #                       none after a revealed stop token or past the budget; docs/decoding.md, 'Stops inside a block')
     step: int = 0  # 0 on the block's first forward, 1 on the next, ...
     generator: torch.Generator | None = None  # seeded by the core, for randomised solvers
     # What earlier forwards of this block left; None unless the solver's class sets reads_history, revokes

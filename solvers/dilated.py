@@ -8,8 +8,11 @@ stride 1; a last level smaller than the one before it joins it. Forward t reveal
 earliest level that still has one. At k = 16, base 2: {0, 8}, {4, 12}, {2, 6, 10, 14}, the 8 odd slots: 4
 forwards. Changed for SBD blocks: the plan is over the block's slots (a block cut short by the context
 gets the plan of its size); a slot that is already revealed (verified mode's first, NTP's own) is skipped,
-so a level may take fewer positions. The repository's optional remasking of low-confidence tokens after
-each level is not ported: DUS is the schedule.
+so a level may take fewer positions. Not ported: the repository's ``generate_scheduled`` remasks low-confidence
+tokens by default (``remasking='low_confidence'``, threshold 0.3; an outside audit's reading of it), so its
+default decode is the plan plus that remasking, where this port is the plan alone (DUS as the paper states
+it). The remasking's exact rule could not be read from the repository's code here, and a port must follow
+the code, not a guess (docs/solvers.md, 'Porting a paper's sampler').
 """
 from dataclasses import dataclass
 from functools import lru_cache

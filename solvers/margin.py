@@ -1,12 +1,15 @@
-"""Margin threshold (the margin variant of Fast-dLLM's confidence threshold, as dInfer offers it): reveal
-every masked position whose margin p(top1) - p(top2) is at least tau, and always the largest-margin one.
+"""Margin threshold: Fast-dLLM's confidence-threshold rule scored by the margin p(top1) - p(top2) instead
+of the confidence: reveal every masked position whose margin is at least tau, and always the largest-margin one.
 
 Source: Wu et al. 2025, "Fast-dLLM: Training-free Acceleration of Diffusion LLM by Enabling KV Cache and
-Parallel Decoding" (threshold rule, there on confidence); margin as the proxy, as in Kim et al. 2025 (top-k
-margin) and dInfer's threshold decoders. Rule: reveal {i masked : m_i >= tau} and argmax_i m_i. Changed for
-SBD blocks: nothing; the threshold applies within the block. Default tau = 0.9 (ours), the value of the
+Parallel Decoding" (the threshold rule, there on confidence); margin as the score, as in Kim et al. 2025 (top-k
+margin). Rule: reveal {i masked : m_i >= tau} and argmax_i m_i (the leftmost on a tie). Changed for SBD
+blocks: nothing; the threshold applies within the block. Default tau = 0.9 (ours), the value of the
 confidence rule's default: a margin of 0.9 needs a top probability of at least 0.9 (docs/solvers.md has the
-threshold sweep on the shipped model).
+threshold sweep on the shipped model). dInfer (inclusionAI/dInfer, every commit to fce4e32) has no margin
+decoder; its confidence threshold rule reveals c_i >= min(tau, max_j c_j - 1e-5), so below tau every slot
+within 1e-5 of the best is revealed with it, where this rule (and ``confidence``) reveals the best one
+alone: the two differ on near-ties only.
 """
 from dataclasses import dataclass
 from typing import ClassVar

@@ -8,7 +8,11 @@ lam = 0.25, alpha = 10, one token per forward. Changed for SBD blocks: i counts 
 (the paper's counts from its block's too); f is uniform (1 / V), since a solver sees logits only and SBD's
 models come with no corpus counts; with V tokens the calibration is then min(alpha, p_i log V), which
 orders as confidence does once alpha >= log V (V = 101 for the shipped model: alpha = 10 never binds), so
-this port measures the position-aware half of the method. n (1 in the paper) sets how many per forward.
+this port measures the position-aware half of the method. n (1 in the paper) sets how many per forward:
+the n best each forward, the remainder last, where LLaDA's step schedule (``get_num_transfer_tokens``)
+spreads a block's m masks over ceil(m / n) steps as evenly as it can, the first m mod steps one more (5
+masks at n = 4: LLaDA 3 then 2, this port 4 then 1; the two agree whenever n divides m, as at n = 1, 2, 4,
+8 on a block of 16 with no stop inside).
 """
 import math
 from dataclasses import dataclass

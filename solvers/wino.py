@@ -1,8 +1,8 @@
 """WINO: wide in, narrow out. Draft wide with a low confidence threshold; mask again the drafted tokens
 that the block, seen without them, no longer supports.
 
-Source: Hong et al. 2026, "Wide-In, Narrow-Out: Revokable Decoding for Diffusion Large Language Models"
-(ICLR 2026). Rule, per forward: reveal every masked position with confidence > tau_in (at most
+Source: Hong et al. 2025, "Wide-In, Narrow-Out: Revokable Decoding for Efficient and Effective DLLMs"
+(arXiv 2507.18578; ICLR 2026). Rule, per forward: reveal every masked position with confidence > tau_in (at most
 cap = min(max(floor(0.7 * #masked), 5), 20), the most confident; at least the most confident one). When
 more than one is revealed, judge each position revealed in an earlier forward by the shadow's probability
 of its token (a masked query at its slot that sees the rest of the block) and mask it again below tau_out;
@@ -12,8 +12,10 @@ forward's count in view.state.
 Changed for SBD blocks: WINO's shadow copy of the block sees the whole block but the own slot and every
 other shadow slot (all masks, at duplicated positions); ours sees the block but the own slot, and itself:
 exactly the view SBD training gives a masked slot, so the judgement is in distribution. Its cap (tuned for
-LLaDA's 128-token blocks) is kept; at k = 16 it is 5 to 11. Defaults: the paper's tau_in = 0.6,
-tau_out = 0.9.
+LLaDA's 128-token blocks) is kept; at k = 16 it is 5 to 11. In verified mode the block's first slot holds
+NTP's token, set by the core (``view.revealed`` is False there): it is never judged nor masked again, where
+the official code judges every decoded slot (NTP's token is exact, and the core may not drop it). Defaults:
+the paper's tau_in = 0.6, tau_out = 0.9.
 """
 from dataclasses import dataclass
 from typing import ClassVar

@@ -145,8 +145,9 @@ def test_failed_samples_exit_1_and_are_listed_at_the_end(tiny_models, tasks_file
               "by a sixty-character progress line")
     assert proc.returncode == 1, proc.stderr[-3000:]
     err = proc.stderr.splitlines()
-    assert f"failed: always_fails on mini/a: {reason}" in err  # when it happened, in full
-    assert err[-1] == f"failed: always_fails: 2 of 2 samples (mini 2): {reason}"  # the end: one line per config
+    where = f" (at {plugins / 'always_fails.py'}:12; SBD_BENCH_TRACEBACK=1 prints the traceback)"  # the plugin's line
+    assert f"failed: always_fails on mini/a: {reason}{where}" in err  # when it happened, in full
+    assert err[-1] == f"failed: always_fails: 2 of 2 samples (mini 2): {reason}{where}"  # the end: one line per config
     assert "Traceback" not in proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])["failures"] == 2
     assert "[4/4]" in proc.stderr  # the plain progress lines of a log (not a terminal)

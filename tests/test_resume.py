@@ -164,7 +164,8 @@ def test_failing_configuration_is_recorded_and_the_sweep_goes_on(setup, tmp_path
     records = read_records(out / "samples.jsonl")
     failed = [r for r in records if r["solver"] == "always_oom"]
     assert len(records) == 18 and len(failed) == 6
-    assert all(r["error"] == "OutOfMemoryError: CUDA out of memory (planted)" for r in failed)
+    assert all(r["error"].startswith("OutOfMemoryError: CUDA out of memory (planted) (at ") for r in failed), failed[0]["error"]
+    assert all("fail_plugin.py:11;" in r["error"] for r in failed)  # the plugin's file:line
     assert all(r["error"] is None for r in records if r["solver"] != "always_oom")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] is True and len(summary["failures"]) == 6

@@ -21,7 +21,7 @@ from sbd_bench.conformance import check_solver, play_block
 from sbd_bench.core.decoding import Decoder, SolverContractError
 from sbd_bench.core.model import load_model
 from sbd_bench.registry import parse_solver_spec, solver_registry
-from sbd_bench.types import BlockView, Decision, Solver, Verified
+from sbd_bench.types import BlockView, Decision, Solver, Verified, reveal_top
 from tiny_models import build_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -304,10 +304,21 @@ class CyclesForever(Cycler):
     name = "cycles_forever"
 
 
+class NeverRevokes(Solver):  # says it revokes, judges by the shadow, but its threshold can never be met
+    name, revokes, reads_shadow = "never_revokes", True, True
+
+    def select(self, view):
+        reveal = reveal_top(view.confidence, view.masked, 1)
+        if view.shadow_logits is None:
+            return reveal
+        return Decision(reveal=reveal, remask=view.revealed & (view.shadow_confidence < 0.0))
+
+
 @pytest.mark.parametrize("solver, broken", [
     (RevokesWhatIsMasked(), "masked again a position it had not revealed"),
     (ReadsWithoutAsking(), "NoneType|'>=' not supported|unsupported"),
     (CyclesForever(), "did not finish a block of 8 positions within 2k = 16 forwards"),
+    (NeverRevokes(), "revokes = True, yet it masked nothing again in a block built to need it"),
 ])
 def test_the_kit_fails_solvers_that_break_the_new_rules(solver, broken):
     with pytest.raises((AssertionError, TypeError, AttributeError), match=broken):

@@ -7,7 +7,7 @@ from transformers import LlamaForCausalLM
 
 from sbd_bench.core.decoding import Decoder
 from sbd_bench.core.model import load_model
-from sbd_bench.registry import build_solver, solver_registry
+from sbd_bench.registry import build_solver, solver_registry, verified
 
 
 class ScriptedLlama(LlamaForCausalLM):
@@ -62,6 +62,24 @@ def test_stop_token_revealed_early_waits_for_the_positions_before_it(tiny_models
     assert gen.revealed_per_forward == [0, 0, 0, 1, 1, 1, 1, 1] and gen.forwards_per_block == [8]
 
 
+def test_stop_token_revealed_first_ends_the_block_at_its_prefix(tiny_models):
+    # "abcd$xyz" with $ the surest, then x, y, z, then d, c, b, a: once $ is revealed the slots after it cannot
+    # change the output, so the solver is not handed them: $ d c b a, 5 forwards (8 before: $ x y z d c b a)
+    lm, prompt = scripted(tiny_models["llama"], "abcd$xyz", [1, 2, 3, 4, 9, 8, 7, 6], k=8)
+    gen = run(lm, prompt, ("fixed_k", {"k": 1}), 8, max_new_tokens=64)
+    assert gen.output_text == "abcd" and gen.stop_reason == "stop_token" and gen.tokens == 5
+    assert gen.nfe == 5 and gen.revealed_per_forward == [1] * 5 and gen.forwards_per_block == [5]
+    for solver in (("pc_sampler", {"lam": 0.0}), ("confidence", {"tau": 0.99}), ("wino", {})):
+        gen = run(lm, prompt, solver, 8, max_new_tokens=64)
+        assert gen.output_text == "abcd" and gen.nfe == 5, solver
+    # verified: slot 0 is NTP's 'a'; $ d c b are drafted in 4 forwards (7 before: $ x y z d c b), one more judges
+    fixed_k = build_solver(solver_registry()["fixed_k"], {"k": 1})
+    gen = Decoder(lm, block_size=8, max_new_tokens=64).generate(prompt, verified(fixed_k))
+    lm.model.block_query = False
+    ntp = run(lm, prompt, ("ntp", {}), 8, max_new_tokens=64)
+    assert gen.output_ids == ntp.output_ids and gen.nfe == 5
+
+
 def test_stop_token_with_everything_before_it_ends_at_once(tiny_models):
     lm, prompt = scripted(tiny_models["llama"], "abcd$xyz", [8, 7, 6, 5, 4, 3, 2, 1], k=8)
     gen = run(lm, prompt, ("fixed_k", {"k": 1}), 8, max_new_tokens=64)
@@ -85,7 +103,7 @@ def test_stop_string_and_budget(tiny_models):
     assert gen.output_text == "ab" and gen.stop_reason == "stop_string" and gen.tokens == 3 and gen.nfe == 3
     gen = run(lm, prompt, ("fixed_k", {"k": 1}), 8, max_new_tokens=3)
     assert gen.output_text == "ab;" and gen.stop_reason == "max_new_tokens" and gen.nfe == 3
-    # right-to-left: the budget ends the block once its first 3 positions are revealed
+    # right-to-left: the slots past the budget are not the solver's to reveal, so c, b, a and the block ends
     lm, prompt = scripted(tiny_models["llama"], "abcdefgh", [1, 2, 3, 4, 5, 6, 7, 8], k=8)
     gen = run(lm, prompt, ("fixed_k", {"k": 1}), 8, max_new_tokens=3)
-    assert gen.output_text == "abc" and gen.nfe == 8 and gen.revealed_per_forward == [0, 0, 0, 0, 0, 1, 1, 1]
+    assert gen.output_text == "abc" and gen.nfe == 3 and gen.revealed_per_forward == [1, 1, 1]

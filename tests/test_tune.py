@@ -15,7 +15,7 @@ from sbd_bench.analysis import metrics
 from sbd_bench.analysis.ltt import binomial_p_value
 from sbd_bench.analysis.records import read_records
 from sbd_bench.analysis.tuning import (PARTS, TuneFolderError, add_held_out, certify, config_spec, expand_tuned,
-                                       read_tune, split_examples, write_tune)
+                                       read_tune, setting_rows, split_examples, table_text, write_tune)
 from sbd_bench.cli import ProgressBar, main
 
 MEASURED = {"wall_time_s", "prefill_time_s", "decode_time_s", "peak_memory_bytes", "memory"}
@@ -111,6 +111,9 @@ def test_certify_orders_by_the_ordering_examples_stops_at_the_first_failure_and_
     table = (tmp_path / "tune.md").read_text()
     assert "| t | fam | x=b | 2 of 4, p = 0.0692 | 1/20 | 1/5 = 20.0% [" in table
     assert "| solver | t |\n|---|---|\n| fam | x=b: 20.0% / 4.00x |" in table  # side by side
+    # testing stopped at c: d, with a p-value that would pass, was never tested, and the table says so
+    assert [row[-1] for row in setting_rows(result)[1]] == ["yes", "yes (pick)", "no", "not tested"]
+    assert "Tested in the order of mean NFE on" in table
     assert (tmp_path / "tune.png").stat().st_size > 10_000
     assert expand_tuned(f"ntp+@{tmp_path}") == "ntp+fam:x=b"
     assert expand_tuned(f"@{tmp_path}:t") == "fam:x=b"
@@ -121,6 +124,8 @@ def test_certify_orders_by_the_ordering_examples_stops_at_the_first_failure_and_
     (result,) = certify(state, records)
     assert [s["value"] for s in result["settings"]] == ["d", "c", "b", "a"]
     assert result["certified"] == 1 and result["pick"] == "fam:x=d" and result["ordered_by"] == "the order given in --solver"
+    state["results"] = [result]
+    assert "Tested in the order given in --solver; certified: the first 1" in table_text(state)
     wrong["d"] = {6, 8, 10, 12, 14}  # the first tested fails: nothing is certified, and the table says why
     (result,) = certify(state, crafted_records(ids, wrong, ntp_wrong=set()))
     assert result["pick"] is None and "the first tested, x=d, lost 5 of 20" in result["not_certified"]
@@ -167,6 +172,10 @@ BAD = [
     (["--solver", EB, "--task", "arith:n_test=520,arith:n_test=600"], "names arith twice"),
     (["--solver", EB, "--samples", "2"], "drop --samples"),
     (["--solver", EB, "--held-out", "0"], "--held-out must be >= 1"),
+    (["--solver", EB, "--max-loss", "1e-320"], "--max-loss 1e-320 is too small to certify at --delta 0.1: even with "
+     "no loss at all it needs ln(delta) / ln(1 - max_loss) = more than 1e308 calibration examples; give --max-loss "
+     "1e-08 or more"),
+    (["--solver", EB, "--max-loss", "1e-300"], "needs ln(delta) / ln(1 - max_loss) = 2.3e+300 calibration examples"),
 ]
 
 
@@ -175,6 +184,24 @@ def test_bad_input_is_one_line_before_anything_is_decoded(argv, message, tmp_pat
     out = tmp_path / "tune"
     assert message in one_line_error(["tune", *argv, "--out", str(out)], capsys)
     assert not out.exists()
+
+
+def test_order_examples_0_warns_that_the_given_order_decides(tmp_path, capsys, monkeypatch):
+    import sbd_bench.runner.tune as tune_module
+
+    def stop(*args, **kwargs):  # nothing needs decoding to see the warning
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tune_module, "_part", stop)
+    argv = ["tune", "--task", "tag:n_test=12", "--solver", "fixed_k:k=2,4", "--max-loss", "0.3", "--delta", "0.5",
+            "--calibration", "4", "--held-out", "3", "--threads", "1", "--out", str(tmp_path / "t")]
+    main([*argv, "--order-examples", "0"])
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: --order-examples")]
+    assert warnings == ["warning: --order-examples 0: each solver's settings are tested in the order given in --solver, "
+                        "and that order decides what can be certified: list them from the safest to the most "
+                        "aggressive (an aggressive-first list certifies nothing)"]
+    main([*argv, "--order-examples", "2", "--out", str(tmp_path / "u")])
+    assert "warning: --order-examples" not in capsys.readouterr().err
 
 
 def test_resume_refusals(tmp_path, capsys):

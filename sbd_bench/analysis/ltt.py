@@ -28,6 +28,9 @@ import numpy as np
 from ..types import UsageError
 
 
+MAX_CALIBRATION = 1e9  # calibration examples: an ε that needs more is refused (no one decodes that many)
+
+
 def check_levels(max_loss: float, delta: float) -> None:
     """Refuse an ε or δ outside (0, 1) in one line that names the flag."""
     for flag, value, meaning in (("--max-loss", max_loss, "the largest accuracy loss against NTP to certify, "
@@ -35,6 +38,14 @@ def check_levels(max_loss: float, delta: float) -> None:
                                  ("--delta", delta, "the chance the certificate may be wrong, e.g. 0.1")):
         if not (isinstance(value, (int, float)) and 0 < value < 1):  # also refuses NaN
             raise UsageError(f"{flag} must lie strictly between 0 and 1 (got {value}): {meaning}")
+    # an ε so small that no calibration set certifies it (1e-320: the count overflows; 1e-300: a 301-digit one)
+    needed = math.log(delta) / math.log1p(-max_loss) if max_loss < 1 else 0.0
+    if not needed <= MAX_CALIBRATION:
+        least = 10.0 ** math.ceil(math.log10(-math.log(delta) / MAX_CALIBRATION))  # a round ε that is allowed
+        count = f"{needed:.3g}" if math.isfinite(needed) else "more than 1e308"
+        raise UsageError(f"--max-loss {max_loss} is too small to certify at --delta {delta}: even with no loss at all it "
+                         f"needs ln(delta) / ln(1 - max_loss) = {count} calibration examples; give --max-loss "
+                         f"{least:g} or more (at most {MAX_CALIBRATION:.0e} examples)")
 
 
 def min_examples(max_loss: float, delta: float) -> int:

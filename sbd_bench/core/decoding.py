@@ -190,6 +190,8 @@ class Decoder:
         # compile: None = with the graphs, True/False = asked for (on CPU too) or not
         self.fast = FastPath.for_model(lm, compile) if fast else None
         self._mask_index = torch.tensor([lm.mask_token_id], device=lm.device)
+        self._stop_ids = torch.tensor(lm.stop_token_ids, dtype=torch.long, device=lm.device)
+        self._scope: tuple[torch.Tensor, bool] | None = None  # the blocks under way's (``_open_blocks``)
         self._keeps_logits = keeps_logits(lm.model)
         self.sampling = GREEDY  # the decode under way's (generate_batch sets it)
         self._draft_probs: torch.Tensor | None = None  # verified sampling: (B, w, V) what each draft was drawn from
@@ -447,7 +449,8 @@ class Decoder:
                 first = ntp[:, 1]
             if block.shape[1]:
                 block[:, 0] = first  # NTP's token after the last carried one: the block's first position
-            working = [b for b in live if rows[b].size > 1]
+            # a row with one token left to commit has nothing to draft (``_open_slots``)
+            working = [b for b in live if rows[b].size > 1 and rows[b].budget - len(rows[b].out) > 1]
             block, ntp_host, drafts = self._reveal(solver, logits, block, rows, working, 0, ntp)
             kept = [0] * len(rows)  # carried keys/values that stay
             for b in live:
@@ -486,6 +489,9 @@ class Decoder:
             r.fixed, r.remasked, r.forced, r.block_start = int(first >= 0 and r.size > 0), 0, 0, len(r.out)
         block = torch.full((len(rows), max(r.size for r in rows)), self.lm.mask_token_id, dtype=torch.long,
                            device=self.lm.device)
+        # (B,) slots before the budget (verified: counted as if no draft were accepted, so never too few), and
+        # whether slot 0 is the core's (a stop there ends the row at once): ``_open_slots``
+        self._scope = (torch.tensor([r.budget - len(r.out) for r in rows], device=block.device), first >= 0)
         if self._keeps_history:
             revealed_at = torch.full_like(block, -1)
             if first >= 0 and block.shape[1]:
@@ -582,17 +588,19 @@ class Decoder:
             groups = [([b], rows[b].size, rows[b].generator) for b in working]
         memory = self._memory if solver.keeps_history else None
         chosen = tokens = remask = state = None
+        open_slots = self._open_slots(block)
         for idx, size, generator in groups:
             whole = len(idx) == batch and size == width  # batch 1: the view is the block itself
 
             def part(x: torch.Tensor | None) -> torch.Tensor | None:
                 return x if x is None or whole else x[idx, :size]
 
-            # a slot is masked while it holds the mask token (never emitted): no copy to the device, which
-            # would wait for the forward before the solver's work is queued
-            masked = part(block) == self.lm.mask_token_id
+            masked = part(open_slots)
+            # the block and revealed_at as copies: the core goes on from its own, whatever a solver writes in
+            # its view (at batch 1 part() is the tensor itself)
             history = {} if memory is None else dict(
-                block=part(block), revealed_at=part(memory.revealed_at), previous_logits=part(memory.logits),
+                block=part(block).clone(), revealed_at=part(memory.revealed_at).clone(),
+                previous_logits=part(memory.logits),
                 state=part(memory.state), shadow_logits=part(shadow))
             view = BlockView(logits=part(logits), masked=masked, step=step, generator=generator, **history)
             decision = solver.select(view)
@@ -628,6 +636,22 @@ class Decoder:
                 memory.revealed_at = memory.revealed_at.masked_fill(remask, -1)
             memory.logits, memory.state = logits, state
         return chosen, remask, block
+
+    def _open_slots(self, block: torch.Tensor) -> torch.Tensor:
+        """(B, w) bool: the masked slots the solver may reveal, those that can still change the output: none
+        after the block's first revealed stop token, none past the budget (docs/decoding.md, 'Stops inside a
+        block'). A block ends once every slot before its stop is revealed, so no forward goes to slots the
+        cut drops. A slot is masked while it holds the mask token (never emitted): no copy to the device,
+        which would wait for the forward before the solver's work is queued."""
+        limits, first_is_core = self._scope
+        slot = torch.arange(block.shape[1], device=block.device)
+        masked = (block == self.lm.mask_token_id) & (slot < limits[:, None])
+        if self._stop_ids.numel():
+            stops = torch.isin(block, self._stop_ids)
+            if first_is_core and block.shape[1]:  # verified: NTP's token at slot 0 stops the row at this forward
+                stops[:, 0] = False
+            masked &= stops.cumsum(1) <= stops  # no stop strictly before the slot
+        return masked
 
     # ---------------------------------------------------------------------------------- traces
     @staticmethod
@@ -674,6 +698,10 @@ class Decoder:
     @staticmethod
     def _check_decision(solver: Solver, picked, dropped, kept, masked: torch.Tensor) -> None:
         """The shapes and types of a solver's answer (what it may reveal or drop is checked in ``_reveal``)."""
+        if picked is None:
+            raise SolverContractError(f"solver '{solver.name}': select returned None; it must return a bool tensor "
+                                      f"shaped like view.masked {tuple(masked.shape)} (or a Decision holding one): "
+                                      f"is a return statement missing?")
         for what, value in (("select", picked), ("Decision.remask", dropped)):
             if value is not None and (not isinstance(value, torch.Tensor) or value.dtype != torch.bool
                                       or value.shape != masked.shape):

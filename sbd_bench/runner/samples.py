@@ -16,14 +16,18 @@ missing sample exactly as the interrupted run would have. Greedy runs record nei
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
+import os
+import sys
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
-from ..core.decoding import BrokenModelError, Decoder, check_max_block_forwards
+from ..core.decoding import BrokenModelError, Decoder, SolverContractError, check_max_block_forwards
 from ..core.model import LoadedModel
 from ..types import Example, Sampling, SamplingError, Solver, Task, UsageError, sampling_problem
 from .memory import MemoryMonitor
@@ -227,8 +231,13 @@ def trace_sample(lm: LoadedModel, item: Planned, cfg: RunConfig) -> dict:
 
 def failed_sample(task: Task, example: Example, prompt_ids: list[int], solver: Solver, cfg: RunConfig,
                   repeat: int, exc: BaseException, sample: int = 0, seed: int | None = None) -> dict:
-    """The record of a sample whose decoding raised: the error instead of figures."""
+    """The record of a sample whose decoding raised: the error instead of figures, with the line of the
+    solver's own file it came from (a plugin's error names its file:line); SBD_BENCH_TRACEBACK=1 prints the
+    whole traceback on stderr too."""
     message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    message += _solver_line(exc, solver)
+    if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+        traceback.print_exception(exc, file=sys.stderr)
     return {**_identity(task, example, prompt_ids, solver, cfg, repeat, sample, seed),
             "output_ids": [], "output_text": "", "stop_reason": "error", "tokens": 0, "nfe": 0,
             "prefill_forwards": 0, "revealed_per_forward": [], "forwards_per_block": [],
@@ -238,6 +247,30 @@ def failed_sample(task: Task, example: Example, prompt_ids: list[int], solver: S
             "wall_time_s": None, "prefill_time_s": None, "decode_time_s": None, "correct": None,
             "answer": example.answer, "error": message, "peak_memory_bytes": None, "peak_memory_source": None,
             "memory": None, "score_detail": None}
+
+
+TRACEBACK_ENV = "SBD_BENCH_TRACEBACK"  # set to 1: a failed sample's whole traceback goes to stderr too
+
+
+def _solver_line(exc: BaseException, solver: Solver) -> str:
+    """' (at FILE:LINE; ...)': the deepest frame of the traceback in the solver's own file (a wrapper's
+    solver: ``Verified``, ``Sampled``); '' when the error arose elsewhere (the core names the solver itself)."""
+    while hasattr(solver, "solver"):
+        solver = solver.solver
+    try:
+        source = Path(inspect.getfile(type(solver))).resolve()
+    except (TypeError, OSError):
+        return ""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == source]
+    if frames:
+        return f" (at {frames[-1].filename}:{frames[-1].lineno}; {TRACEBACK_ENV}=1 prints the traceback)"
+    if isinstance(exc, SolverContractError):  # the core found the answer wrong: where the answer is made
+        try:
+            line = inspect.getsourcelines(type(solver).select)[1]
+        except (TypeError, OSError):
+            return ""
+        return f" (its select: {inspect.getfile(type(solver))}:{line})"
+    return ""
 
 
 def _identity(task, example, prompt_ids, solver, cfg, repeat, sample=0, seed=None) -> dict:

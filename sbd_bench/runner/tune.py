@@ -204,6 +204,10 @@ def _tune_locked(cfg: TuneConfig, out: Path, state: dict, tasks: list[Task], spl
     """Steps 3 to 6 of the module docstring, the tune folder locked."""
     families = state["families"]
     ids = {name: split["order"] + split["calibration"] for name, split in splits.items()}
+    if not cfg.order_examples:
+        progress.message("warning: --order-examples 0: each solver's settings are tested in the order given in "
+                         "--solver, and that order decides what can be certified: list them from the safest to the "
+                         "most aggressive (an aggressive-first list certifies nothing)")
     progress.message(f"tune: calibration, {len(families)} solver(s) and NTP on {len(tasks)} task(s), "
                      f"{cfg.order_examples} + {cfg.calibration} examples each, into {out / CALIBRATION}")
     summaries = [_part(cfg, out / CALIBRATION, cfg.run.tasks, cfg.run.solvers, ids, progress)]

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import signal
+import threading
 from pathlib import Path
 
 from .config import TrainError
@@ -48,7 +50,47 @@ def _state(model, optimizer):
 
 
 def save(model, optimizer, tokenizer, meta: dict, out: Path, par) -> None:
-    """Every rank writes its shards; rank 0 writes the config and tokenizer and swaps the folder in."""
+    """Every rank writes its shards; rank 0 writes the config and tokenizer and swaps the folder in. A Ctrl-C
+    or SIGTERM meanwhile waits for the folder to be whole (``_signals_wait``)."""
+    with _signals_wait() as received:
+        _save(model, optimizer, tokenizer, meta, out, par)
+    for signum in received:  # the checkpoint is whole: the run stops now, as at any other moment
+        signal.raise_signal(signum)
+
+
+@contextlib.contextmanager
+def _signals_wait():
+    """SIGINT and SIGTERM wait while a checkpoint is written, and are raised again once it is whole: one that
+    lands while torch's file writer (C++) is calling back into Python can end the process with SIGABRT
+    instead of raising. A second one during the write acts at once (the partial copy is removed, the
+    previous checkpoint kept). Yields the signals received; changes nothing where a signal is ignored or
+    left at its default (no Python handler), or off the main thread."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    caught = [signum for signum, handler in previous.items() if callable(handler)]
+
+    def restore():
+        for signum in caught:
+            signal.signal(signum, previous[signum])
+
+    def wait(signum, frame):
+        if received:  # the second: at once
+            restore()
+            signal.raise_signal(signum)
+        received.append(signum)
+
+    for signum in caught:
+        signal.signal(signum, wait)
+    try:
+        yield received
+    finally:
+        restore()
+
+
+def _save(model, optimizer, tokenizer, meta: dict, out: Path, par) -> None:
     import torch
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException

@@ -423,9 +423,10 @@ def build_parser(defaults: dict | None = None) -> argparse.ArgumentParser:
     run_p.add_argument("--limit", type=int, default=None, help="first N examples of each task (default: all)")
     run_p.add_argument("--out", default=None, help="run folder (default: runs/DATE-TIME)")
     run_p.add_argument("--attn", default="sdpa", help="attention implementation: sdpa|eager|flash_attention_2")
-    run_p.add_argument("--batch-size", type=int, default=1,
+    run_p.add_argument("--batch-size", type=int, default=None,
                        help="sequences decoded together (outputs and NFE those of 1 but where rounding flips a near "
-                            "tie; bit for bit with --exact; halved on out-of-memory)")
+                            "tie; bit for bit with --exact; halved on out-of-memory; default: 16 for a float32 model "
+                            "under 100M parameters on the CPU, where outputs are batch 1's, else 1; recorded)")
     run_p.add_argument("--device-map", default=None, metavar="auto",
                        help="spread a model larger than one GPU over all GPUs (needs accelerate)")
     run_p.add_argument("--repeats", type=int, default=1, help="timed decodes per example and config; medians reported")

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p runs
 tmp="$(mktemp -d runs/baseline.XXXXXX)"
-python -m sbd_bench run --model sbd-tiny --task suite --solver "all+hf_prompt_lookup+hf_assisted" --threads 1 --repeats 3 --out "$tmp/baseline"
+python -m sbd_bench run --model sbd-tiny --task suite --solver "all+hf_prompt_lookup+hf_assisted" --threads 1 --batch-size 1 --repeats 3 --out "$tmp/baseline"
 rm -rf results/baseline
 mkdir -p results
 mv "$tmp/baseline" results/baseline

@@ -292,3 +292,23 @@ def test_throughput_writes_under_runs_by_default(tiny_models, tasks_file, tmp_pa
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["out"] == str(written[0].relative_to(tmp_path))
     result = json.loads(written[0].read_text())
     assert result["threads"] == 1 and result["threads_chosen"].startswith("auto: 1 for a model of")
+
+
+def test_batch_size_rule():
+    """--batch-size wins; unset, a small float32 model on the CPU (outputs are batch 1's there) is batched,
+    anything else (a GPU, bf16, --exact, a large model) decodes one sequence at a time."""
+    import torch
+
+    from sbd_bench.runner.harness import AUTO_BATCH_SIZE, choose_batch_size
+
+    def lm(parameters=1_000_000, device="cpu", dtype=torch.float32, exact=False):
+        weights = [SimpleNamespace(numel=lambda: parameters)]
+        return SimpleNamespace(device=torch.device(device), dtype=dtype, exact=exact,
+                               model=SimpleNamespace(parameters=lambda: weights))
+
+    assert AUTO_BATCH_SIZE > 1
+    assert choose_batch_size(None, lm())[0] == AUTO_BATCH_SIZE
+    assert choose_batch_size(3, lm()) == (3, "--batch-size 3")
+    assert choose_batch_size(1, lm()) == (1, "--batch-size 1")
+    for other in (lm(device="meta"), lm(dtype=torch.bfloat16), lm(exact=True), lm(parameters=100_000_000)):
+        assert choose_batch_size(None, other)[0] == 1

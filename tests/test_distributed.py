@@ -42,7 +42,7 @@ def _cli(args: list[str], ranks: int = 1, env: dict | None = None):
 def _common(model, task, out):
     return ["--model", str(model), "--task", str(task), "--out", str(out), "--device", "cpu", "--dtype", "float32",
             "--block-size", "4", "--max-new-tokens", "8", "--solver", SOLVERS,
-            "--no-cost-curve"]
+            "--no-cost-curve", "--batch-size", "1"]  # as RunConfig's default, which the one-process run takes
 
 
 def _load(out: Path):

@@ -110,7 +110,8 @@ def test_killed_run_resumes_to_the_uninterrupted_records(setup, tmp_path):
     killed = tmp_path / "killed"
     cmd = [sys.executable, "-m", "sbd_bench", "run", "--model", setup["model"], "--task", setup["task"],
            "--solver", "slow_top_two:verify=on+fixed_k:k=2", "--block-size", "4", "--max-new-tokens", "8",
-           "--plugins", setup["plugins"]["slow"], "--no-report", "--no-cost-curve", "--threads", "1", "--out", str(killed)]
+           "--plugins", setup["plugins"]["slow"], "--no-report", "--no-cost-curve", "--threads", "1", "--out", str(killed),
+           "--batch-size", "1"]  # batch 1 writes each sample as it ends: the kill falls between samples
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     samples, deadline = killed / "samples.jsonl", time.time() + 120
     while time.time() < deadline and proc.poll() is None:
@@ -234,7 +235,8 @@ def test_records_without_a_summary_are_continued_by_run_out(setup, tmp_path, cap
     assert "no summary.json" in capsys.readouterr().err
 
     argv = ["run", "--model", setup["model"], "--task", setup["task"], "--solver", "fixed_k:k=2", "--block-size", "4",
-            "--max-new-tokens", "8", "--no-report", "--no-cost-curve", "--threads", "1", "--out", str(out)]
+            "--max-new-tokens", "8", "--no-report", "--no-cost-curve", "--threads", "1", "--batch-size", "1",  # as run(cfg)
+            "--out", str(out)]
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "samples.jsonl").write_text(json.dumps({**whole[0], "config": "fixed_k:k=3"}) + "\n")

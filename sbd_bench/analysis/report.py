@@ -430,6 +430,9 @@ def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dic
         "equal NTP's (100% for greedy verified configurations, `verify=on`, unless rounding at a near tie moved "
         "them: see the warning below the table; sampled ones are distributed as NTP's instead).",
         rows, accuracy_speed_columns(sampled))
+    batch = ((summary.get("provenance") or {}).get("config") or {}).get("batch_size") or 1
+    if batch > 1:
+        text += [batched_timing_note(batch), ""]
     if warning:
         text += [f"**Warning**: {warning}.", ""]
     if predictions:
@@ -454,6 +457,14 @@ def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dic
              f"Interactive: [{PAGE}]({PAGE}) (sortable tables, the plot per task, every example's outputs).", "",
              "## Provenance", "", *provenance_lines(summary), ""]
     return "\n".join(text)
+
+
+def batched_timing_note(batch: int) -> str:
+    """What the wall-clock factors of a run decoded ``batch`` sequences per forward compare."""
+    return (f"Decoded {batch} sequences per forward (`--batch-size {batch}`; outputs and NFE are batch 1's): a sample's "
+            f"times are its 1/{batch} share of its batch's, so the wall-clock factors compare throughput at batch {batch} "
+            f"(every configuration decodes the same batches of examples), not the latency of one sequence; "
+            f"`--batch-size 1` times each sample alone.")
 
 
 REPORT_FILES = ("report.md", "table.csv", "rows.csv", "accuracy_vs_speed.png", "tokens_per_forward.png",

@@ -15,6 +15,7 @@ example is recorded with its error and the sweep goes on; SIGTERM is handled lik
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import shlex
@@ -218,12 +219,14 @@ def plan_samples(work, solvers: list[Solver], cfg: RunConfig) -> list[Planned]:
 
 def warm_up(lm, work, solvers, cfg) -> None:
     """Unrecorded decodes, so that first-call costs (allocations, kernel selection) stay out of timings."""
+    if cfg.batch_size > 1:  # only batches are timed: warm those
+        if cfg.warmup:
+            warm_up_batches(lm, work, solvers, cfg)
+        return
     task, example, ids = work[0]
     for _ in range(cfg.warmup):
         for solver in solvers:
             measure_sample(lm, task, example, ids, solver, cfg, 0)
-    if cfg.batch_size > 1 and cfg.warmup:
-        warm_up_batches(lm, work, solvers, cfg)
 
 
 def cost_curve_context(work, cfg: RunConfig) -> int:
@@ -312,6 +315,28 @@ def choose_threads(requested: int | None, lm: LoadedModel) -> tuple[int, str]:
     return free, f"auto: {free} of {cores} cores (load average {load:.1f}); set --threads to override"
 
 
+# The batch of a small model in float32 on the CPU when --batch-size is not given. There greedy outputs, NFE
+# and per-block counts are batch 1's (tests/test_batching.py; `scripts/same_records.py --ignore batch_size` of
+# the main job at batch 1 and 16: 2240 records, 0 differences) and per-call costs dominate a forward, so
+# decoding 16 examples per forward spends less than half the CPU time of batch 1 (docs/performance.md:
+# 8, 16 and 40 took 51, 47 and 52 s of CPU for the main job's decodes, batch 1 about 100 s).
+AUTO_BATCH_SIZE = 16
+
+
+def choose_batch_size(requested: int | None, lm: LoadedModel) -> tuple[int, str]:
+    """(sequences decoded together, why). ``--batch-size`` wins. Otherwise batches only where outputs do not
+    depend on the batch and batching saves time: a model under 100M parameters in float32 on the CPU, not
+    --exact (each row alone: no gain) nor spread by --device-map; elsewhere 1 (bf16 rounding can flip a near
+    tie between batch sizes, and a GPU's batch-1 latency is what its wall-clock factors should say)."""
+    if requested is not None:
+        return requested, f"--batch-size {requested}"
+    parameters = sum(p.numel() for p in lm.model.parameters())
+    if lm.device.type != "cpu" or lm.dtype != torch.float32 or lm.exact or parameters >= SMALL_MODEL_PARAMETERS:
+        return 1, "auto: 1 (batches only a model under 100M parameters in float32 on the CPU, not --exact)"
+    return AUTO_BATCH_SIZE, (f"auto: {AUTO_BATCH_SIZE} for a float32 model of {parameters / 1e6:.2f}M parameters on the "
+                             f"CPU (outputs and NFE are batch 1's there); set --batch-size to override")
+
+
 # --------------------------------------------------------------------------------------- the run
 class Progress:
     """What a run says while it goes. This one says nothing; the CLI's draws a progress bar."""
@@ -356,6 +381,8 @@ def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list
                     device_map=cfg.device_map, exact=cfg.exact)
     threads, threads_chosen = choose_threads(cfg.threads, lm)
     torch.set_num_threads(threads)
+    batch_size, batch_size_chosen = choose_batch_size(cfg.batch_size, lm)
+    cfg = dataclasses.replace(cfg, batch_size=batch_size)  # recorded (provenance.config) as the number used
     torch.manual_seed(cfg.seed)
     work = plan_work(cfg, tasks, lm)
     traced = traced_examples(work, cfg.trace)  # before sharding: the first examples of each task, on every rank
@@ -365,7 +392,7 @@ def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list
     check_model_output(lm, work[0][2])  # a model that computes NaN is refused before anything is decoded
     check_baselines(lm, solvers)  # transformers' generate baselines: their draft models load and fit the model
     planned = plan_samples(work, solvers, cfg)
-    prov = provenance(cfg, lm, threads_chosen)
+    prov = {**provenance(cfg, lm, threads_chosen), "batch_size_chosen": batch_size_chosen}
     unknown = unknown_characters(work, lm.tokenizer)
     if unknown:  # recorded, and said once per run (below): the model reads those prompts with holes in them
         prov["unknown_characters"] = unknown

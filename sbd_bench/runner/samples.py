@@ -56,7 +56,8 @@ class RunConfig:
     threads: int | None = None  # torch CPU threads; 1 gives steadier timings on a busy machine
     chat_template: bool = False  # prompts through the tokenizer's chat template (benchmark tasks)
     thinking: bool | None = None  # the template's enable_thinking; None: its default
-    batch_size: int = 1  # sequences decoded together (core/decoding.py); records are batch 1's (bit for bit with exact)
+    batch_size: int | None = 1  # sequences decoded together (core/decoding.py); records are batch 1's (bit for bit with
+    # exact); None: harness.choose_batch_size picks it once the model is loaded
     fast: bool | None = None  # preallocated cache + CUDA graphs; None: on for a model on one CUDA device
     compile: bool | None = None  # torch.compile inside the fast path's graphs; None: on with the graphs
     device_map: str | None = None  # e.g. "auto": spread a model too large for one GPU (accelerate)
@@ -88,7 +89,7 @@ class RunConfig:
             raise UsageError(f"--threads must be >= 1 (got {self.threads})")
         if self.warmup < 0:
             raise UsageError(f"--warmup must be >= 0 (got {self.warmup})")
-        if self.batch_size < 1:
+        if self.batch_size is not None and self.batch_size < 1:
             raise UsageError(f"--batch-size must be >= 1 (got {self.batch_size})")
         if self.compile and self.fast is False:
             raise UsageError("--compile compiles the fast path's forward, which --no-fast turns off: drop one of them")

@@ -38,6 +38,7 @@ from ..analysis.traces import TRACES
 from ..core.decoding import check_model_output
 from ..core.fastpath import FastPath
 from ..core.hf_generate import check_baselines
+from ..core.schedules import check_schedules
 from ..core.model import MODELS_DIR, LoadedModel, cpu_model, device_name, folder_hash, load_model
 from ..registry import parse_solver_spec, solver_registry
 from ..tasks import load_task, task_options, task_registry
@@ -364,6 +365,7 @@ def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list
         work = work[rank::world]
     check_model_output(lm, work[0][2])  # a model that computes NaN is refused before anything is decoded
     check_baselines(lm, solvers)  # transformers' generate baselines: their draft models load and fit the model
+    check_schedules(lm, solvers)  # a family's own schedules: a next-token model, no --exact
     planned = plan_samples(work, solvers, cfg)
     prov = provenance(cfg, lm, threads_chosen)
     unknown = unknown_characters(work, lm.tokenizer)

@@ -21,7 +21,7 @@ import typing
 from pathlib import Path
 
 from .types import (GREEDY, SAMPLING_KEYS, GenerateBaseline, Sampling, SamplingError, Solver, SolverError, UsageError,
-                    Verified, did_you_mean, generate_baseline, sampled)
+                    Verified, did_you_mean, generate_baseline, sampled, schedule_baseline)
 
 BUILTIN_SOLVERS = Path(__file__).resolve().parent.parent / "solvers"
 ENTRY_POINT_GROUP = "sbd_bench.solvers"
@@ -142,7 +142,7 @@ def verified(solver: Solver) -> Solver:
     """``solver`` in the core's verify mode (``types.Verified``)."""
     if generate_baseline(solver) is not None:
         raise SolverError(f"{solver.name}: {VERIFY_KEY}=on applies to block solvers; {solver.name} decodes with "
-                          f"transformers' generate, whose output is the model's own already")
+                          f"{solver.decoded_by}, outside the core's block loop")
     if not solver.decodes_blocks:
         raise SolverError(f"{solver.name}: {VERIFY_KEY}=on applies to block solvers; {solver.name} decodes token by "
                           f"token through the causal stream already")
@@ -213,9 +213,11 @@ def parse_solver_spec(spec: str, registry: dict[str, type[Solver]], sampling: Sa
     generate = [c for c in unique if generate_baseline(c) is not None]  # transformers' generate: paired with ntp too
     for c in generate:
         if not c.sampling.greedy:
-            raise SamplingError(f"{c.label}: the baselines decoded by transformers' generate run greedily only: sampled "
-                                f"assisted decoding has not passed this project's check against NTP's distribution "
-                                f"(docs/baselines.md#sampling); give them temperature=0 or run them without --temperature")
+            why = ("sampled assisted decoding has not passed this project's check against NTP's distribution "
+                   "(docs/baselines.md#sampling)") if schedule_baseline(c) is None else \
+                "its vendor's sampling (Gumbel noise in float64) is not reproduced here (docs/models.md)"
+            raise SamplingError(f"{c.label}: the baselines decoded by {generate_baseline(c).decoded_by} run greedily "
+                                f"only: {why}; give them temperature=0 or run them without --temperature")
     ntp = [c for c in unique if not c.decodes_blocks and c not in generate]
     if "ntp" in registry:  # the baseline every speed factor is paired with, at each configuration's sampling
         have = {c.sampling for c in ntp if c.name == "ntp"}

@@ -376,6 +376,7 @@ class GenerateBaseline(Solver):
     keeps the target's own output already."""
 
     decodes_blocks: ClassVar[bool] = False
+    decoded_by: ClassVar[str] = "transformers' generate"  # what the refusals name
 
     @property
     def draft_model(self) -> str | None:
@@ -385,7 +386,28 @@ class GenerateBaseline(Solver):
         raise NotImplementedError
 
     def select(self, view: BlockView) -> torch.Tensor:
-        raise RuntimeError(f"{self.name} decodes with transformers' generate; the core never asks it to select")
+        raise RuntimeError(f"{self.name} decodes with {self.decoded_by}; the core never asks it to select")
+
+
+@dataclass(frozen=True)
+class ScheduleBaseline(GenerateBaseline):
+    """A model family's own decoding schedule, run as its vendor's code runs it (core/schedules.py,
+    docs/models.md): Nemotron-Labs-Diffusion's ``dlm`` and self-speculation. Like the generate baselines it
+    is decoded outside the core's loops (one row at a time, greedily), named, never in ``all``; its forwards
+    go through the core's one model call, so ``nfe`` is counted as every configuration's is, and
+    ``vendor_nfe`` as the vendor's code reports it. ``schedule``: which loop of core/schedules.py."""
+
+    schedule: ClassVar[str] = ""
+    decoded_by: ClassVar[str] = "its vendor's schedule"
+
+    def generate_options(self) -> dict[str, Any]:
+        return {}
+
+
+def schedule_baseline(solver: Solver) -> ScheduleBaseline | None:
+    """The ``ScheduleBaseline`` a configuration decodes with, else None."""
+    inner = solver.solver if isinstance(solver, Sampled) else solver
+    return inner if isinstance(inner, ScheduleBaseline) else None
 
 
 def generate_baseline(solver: Solver) -> GenerateBaseline | None:
@@ -471,6 +493,7 @@ class Generation:
     remasked_per_block: list[int] | None = None
     forced_per_block: list[int] | None = None
     draft_forwards: int | None = None  # GenerateBaseline only: forwards of its draft model (0: it drafts without one)
+    vendor_nfe: int | None = None  # ScheduleBaseline only: the forwards its vendor's code reports (docs/models.md)
     # generate_batch(trace=True) only: {"pieces": {id: text}, "forwards": [one dict per forward]} (docs/records.md)
     trace: dict | None = None
 
@@ -502,7 +525,8 @@ REVOKE_FIELDS = ("remasked_per_block", "forced_per_block", "max_block_forwards")
 
 # Fields that follow "replaced_per_block" in the records of GenerateBaseline configurations only (transformers'
 # generate): the draft model's forwards, apart from the target's (nfe); 0 where the draft needs no model.
-GENERATE_FIELDS = ("draft_forwards",)
+# ScheduleBaseline configurations (a family's own schedule) carry "vendor_nfe" instead: the vendor's count.
+GENERATE_FIELDS = ("draft_forwards", "vendor_nfe")
 
 # One row of summary.json "rows" (per solver configuration x task).
 SUMMARY_ROW_FIELDS = (
@@ -513,6 +537,7 @@ SUMMARY_ROW_FIELDS = (
     "speed_factor_nfe", "speed_factor_nfe_lo", "speed_factor_nfe_hi",
     "speed_factor_wall", "speed_factor_wall_lo", "speed_factor_wall_hi",
     "speed_factor_e2e", "speed_factor_e2e_lo", "speed_factor_e2e_hi", "draft_forwards",
+    "vendor_nfe", "vendor_tokens_per_forward",
     "wall_time_s", "prefill_time_s", "decode_time_s",
     "peak_memory_bytes", "peak_memory_source", "peak_memory_nvml_bytes",
 )

@@ -23,6 +23,14 @@ sections after the time budget are skipped (and say so).
     python scripts/gpu_check.py                            # GPU machine: results/gpu_check-DATE-DEVICE.json
     python scripts/gpu_check.py --tiny --out /tmp/check.json   # the same code on a tiny CPU model, compiled
     python scripts/gpu_check.py --training [--tiny]            # the training section alone
+    python scripts/gpu_check.py --checkpoint DIR --gsm8k FILE  # a published checkpoint alone (below)
+
+``--checkpoint DIR`` (a local folder of a published checkpoint, e.g. Nemotron-Labs-Diffusion-8B; no GPU is
+needed with --tiny) decodes the first ``--limit`` GSM8K prompts of ``--gsm8k FILE`` (question, answer with
+'#### N') through the chat template at the block size the family was trained with, with ntp, verified
+decoding, EB, confidence and the family's own schedules (NLD: nld_dlm, nld_spec), and prints accuracy,
+tokens per forward (ours, and the vendor's count where a schedule has one) and decode tokens/s per
+configuration; its run folder (records, report, page) is kept beside the JSON.
 """
 from __future__ import annotations
 
@@ -336,6 +344,36 @@ def training(tiny: bool) -> dict:
     return out
 
 
+# what --checkpoint decodes per family, beside ntp and verified decoding: its own schedules where it has some
+FAMILY_SCHEDULES = {"nemotron_labs_diffusion": "nld_dlm+nld_spec"}
+
+
+def checkpoint(folder: str, gsm8k: str, limit: int, tiny: bool, run_dir: Path) -> dict:
+    """GSM8K through a published checkpoint with ntp, verify=on, EB, confidence and its family's schedules."""
+    from sbd_bench.core.families import detect_family, read_config, stock_config, trained_block_size
+
+    path = Path(folder)
+    family = detect_family(path)
+    config = stock_config(family, read_config(path)) if family.config_class else None
+    block = (trained_block_size(family, config) if config is not None else None) or 16
+    solvers = "+".join(filter(None, [f"fixed_k:k={block};verify=on", "entropy_bounded:gamma=0.1",
+                                     "confidence:tau=0.9", FAMILY_SCHEDULES.get(family.name)]))
+    command = [sys.executable, "-m", "sbd_bench", "run", "--model", folder, "--task", f"gsm8k:path={gsm8k}",
+               "--limit", str(limit), "--solver", solvers, "--block-size", str(block), "--chat-template",
+               "--no-cost-curve", "--trace", "1", "--out", str(run_dir),
+               *(["--device", "cpu", "--dtype", "float32", "--max-new-tokens", "48"] if tiny else
+                 ["--device", "cuda", "--dtype", "bfloat16"])]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode not in (0, 1):
+        raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
+    rows = json.loads((run_dir / "summary.json").read_text())["rows"]
+    return {"family": family.name, "block_size": block, "command": " ".join(command), "run_dir": str(run_dir),
+            "rows": [{"config": r["config"], "accuracy": r["accuracy"], "tokens_per_forward": r["tokens_per_forward"],
+                      "vendor_tokens_per_forward": r.get("vendor_tokens_per_forward"),
+                      "decode_tokens_per_s": r["tokens"] / r["decode_time_s"] if r.get("decode_time_s") else None}
+                     for r in rows]}
+
+
 def verdicts(result: dict) -> dict:
     """Each target: its figure, the threshold, PASS/FAIL (MISSING when its section did not run; n/a for
     a speed target on the tiny CPU model, where only the correctness targets mean anything)."""
@@ -364,6 +402,10 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true", help="graphs only (the fallback), no torch.compile")
     parser.add_argument("--training", action="store_true",
                         help="the training section only (scripts/train_check.py on every GPU: ~1B model, FSDP)")
+    parser.add_argument("--checkpoint", metavar="DIR", default=None,
+                        help="a published checkpoint's folder: decode --gsm8k prompts with every kind of decoder (alone)")
+    parser.add_argument("--gsm8k", metavar="FILE", default=None, help="GSM8K test JSONL for --checkpoint")
+    parser.add_argument("--limit", type=int, default=20, help="GSM8K prompts --checkpoint decodes (default 20)")
     parser.add_argument("--budget-s", type=float, default=450.0,
                         help="skip a section that would end past this many seconds, by its expected "
                              "H200 duration (default 450: the whole check stays under 8 minutes)")
@@ -402,6 +444,13 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - one section's failure is recorded; the others still run
             save(name, {"error": f"{type(exc).__name__}: {exc}"})
 
+    if args.checkpoint:  # a published checkpoint: its own section, its own model
+        if not args.gsm8k:
+            sys.exit("error: --checkpoint needs --gsm8k FILE (GSM8K's test split as JSONL: question, answer)")
+        section("checkpoint", checkpoint, args.checkpoint, args.gsm8k, args.limit, args.tiny,
+                out.with_suffix(""), expected_s=300)
+        print(json.dumps({"out": str(out), "checkpoint": result.get("checkpoint")}, default=str))
+        return
     if args.training:  # the decoding model is not needed: the training check builds its own
         section("training", training, args.tiny, expected_s=240)
         save("targets", verdicts(result))

@@ -189,8 +189,7 @@ def test_run_decodes_the_folder_with_every_solver(nld_dir, tmp_path):
     assert not (nld_dir / "TRAP_RAN").exists()
 
 
-@pytest.mark.parametrize("model_type, family", [("sdar", "sdar"), ("Fast_dLLM_Qwen", "fast_dllm_v2"),
-                                                ("llada2_moe", "llada2"), ("Dream", "dream"), ("llada", "llada"),
+@pytest.mark.parametrize("model_type, family", [("llada2_moe", "llada2"), ("Dream", "dream"), ("llada", "llada"),
                                                 ("bd3lm", "bd3lm")])
 def test_families_we_do_not_decode_are_refused_in_one_line(tmp_path, model_type, family):
     folder = tmp_path / "model"
@@ -216,8 +215,8 @@ def test_an_unknown_custom_model_type_is_refused_without_a_question(tmp_path):
 def test_sbd_family_json_names_the_family(tmp_path):
     folder = build_tiny_model(tmp_path / "llama", "llama")
     assert families.detect_family(folder).name == "sbd"
-    (folder / families.FAMILY_FILE).write_text('{"family": "sdar"}')
-    assert families.detect_family(folder).name == "sdar"
+    (folder / families.FAMILY_FILE).write_text('{"family": "dream"}')
+    assert families.detect_family(folder).name == "dream"
     (folder / families.FAMILY_FILE).write_text('{"family": "nemotron"}')
     with pytest.raises(families.FamilyError, match="unknown model family 'nemotron'"):
         families.detect_family(folder)

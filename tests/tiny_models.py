@@ -233,3 +233,85 @@ def reference_nld_model(folder: Path):
                "model." + k[len("encoder."):]: v for k, v in state.items()}
     model.load_state_dict(renamed, strict=True)
     return model.eval().to(torch.float32)
+
+
+# SDAR (JetAstra/SDAR training/model/SDAR-4B-Chat/config.json at c2041a8, scaled down) and Fast-dLLM v2
+# (Efficient-Large-Model/Fast_dLLM_v2_7B config.json as ../shared/research/block_diffusion_checkpoints.md
+# §2.1 reads it): Qwen3 and Qwen2 backbones under their own model_type and an auto_map to remote code.
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def _qwen_like_tokenizer(extra: list[str], mask_token: str | None):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=QWEN_SPECIALS + extra,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tk.train_from_iterator(BPE_CORPUS * 20, trainer=trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                                  additional_special_tokens=extra, **({"mask_token": mask_token} if mask_token else {}))
+    tok.chat_template = CHATML_TEMPLATE
+    return tok
+
+
+def build_block_diffusion_model(folder: Path, family: str, seed: int = 0, hidden: int = 64, layers: int = 2,
+                                block: int | None = None, sharpen: float = 8.0) -> Path:
+    """A random checkpoint in SDAR's (``family="sdar"``) or Fast-dLLM v2's (``"fast_dllm_v2"``) published
+    shape and conventions: the backbone's stock tensor names, its own model_type and an auto_map whose files
+    raise when imported (and leave TRAP_RAN), the mask token as the family declares it (SDAR: the
+    tokenizer's mask_token and config.mask_token_id; Fast-dLLM v2: only the added token |<MASK>|)."""
+    import json
+
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    shape = dict(vocab_size=512, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    if family == "sdar":
+        tok = _qwen_like_tokenizer(["<|MASK|>"], "<|MASK|>")
+        ids = tok.get_vocab()
+        model = Qwen3ForCausalLM(Qwen3Config(**shape, head_dim=hidden // 4, rope_theta=1000000.0))
+        fields = {"architectures": ["SDARForCausalLM"], "model_type": "sdar",
+                  "auto_map": {"AutoConfig": "configuration_sdar.SDARConfig", "AutoModel": "modeling_sdar.SDARModel",
+                               "AutoModelForCausalLM": "modeling_sdar.SDARForCausalLM"},
+                  "attn_implementation": "flex_attention", "block_size": block or 4, "mask_token_id": ids["<|MASK|>"],
+                  "bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|endoftext|>"], "head_dim": hidden // 4,
+                  "hidden_act": "silu", "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000,
+                  "fuse_cross_entropy": True, "use_cache": False, "torch_dtype": "bfloat16",
+                  "transformers_version": "4.52.4", "use_sliding_window": False, "sliding_window": None, **shape}
+        generation = {"bos_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+                      "pad_token_id": ids["<|endoftext|>"], "do_sample": True, "temperature": 0.6}
+        traps = ("configuration_sdar", "modeling_sdar")
+        mask = ids["<|MASK|>"]
+    elif family == "fast_dllm_v2":
+        tok = _qwen_like_tokenizer(["|<MASK>|"], None)
+        ids = tok.get_vocab()
+        model = Qwen2ForCausalLM(Qwen2Config(**shape, rope_theta=1000000.0))
+        fields = {"architectures": ["Fast_dLLM_QwenForCausalLM"], "model_type": "Fast_dLLM_Qwen",
+                  "auto_map": {"AutoConfig": "configuration.Fast_dLLM_QwenConfig",
+                               "AutoModelForCausalLM": "modeling.Fast_dLLM_QwenForCausalLM"},
+                  "bd_size": block or 16, "bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|im_end|>"],
+                  "pad_token_id": ids["<|im_end|>"], "hidden_act": "silu", "rms_norm_eps": 1e-06,
+                  "rope_theta": 1000000.0, "torch_dtype": "bfloat16", "transformers_version": "4.53.1",
+                  "use_cache": True, "use_sliding_window": False, **shape}
+        generation = {"bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|im_end|>"]}
+        traps = ("configuration", "modeling")
+        mask = ids["|<MASK>|"]
+    else:
+        raise ValueError(f"unknown family {family!r}: sdar or fast_dllm_v2")
+    with torch.no_grad():
+        model.lm_head.weight.mul_(sharpen)
+        model.get_input_embeddings().weight[mask].zero_()
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps(fields, indent=2))
+    (folder / "generation_config.json").write_text(json.dumps(generation))
+    for module in traps:
+        (folder / f"{module}.py").write_text(f"open({str(folder / 'TRAP_RAN')!r}, 'w').close()\n" + TRAP)
+    return folder

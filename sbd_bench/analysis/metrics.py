@@ -19,6 +19,9 @@ Per (config, task), over its samples without error:
   draft_forwards      generate baselines (transformers' generate: prompt lookup, assisted decoding): mean
                       forwards of the draft model per sample, apart from nfe (0 for prompt lookup); None for
                       the others
+  vendor_nfe          a family's own schedule (``types.ScheduleBaseline``: Nemotron-Labs-Diffusion's dlm and
+                      self-speculation): mean forwards per sample as its vendor's code counts them (nfe counts
+                      them as every configuration's); vendor_tokens_per_forward: total tokens / their total
   ntp_match_rate      share of examples whose output_ids equal NTP's, paired on (task, id); verified
                       configurations reach 1.0 with --exact, and without it wherever no near tie of NTP's
                       logits is rounded differently by forwards of different sizes (``ntp_mismatch_warning``)
@@ -378,6 +381,10 @@ def _row(config: str, task: str, recs: list[dict], nfe_ratios: list[float], matc
         "prefill_time_s": _mean(r["prefill_time_s"] for r in ok),
         "decode_time_s": _mean(r["decode_time_s"] for r in ok),
         "draft_forwards": _mean(r.get("draft_forwards") for r in ok),
+        # a family's own schedule (types.ScheduleBaseline): the forwards as its vendor counts them
+        "vendor_nfe": _mean(r.get("vendor_nfe") for r in ok),
+        "vendor_tokens_per_forward": (sum(r["tokens"] for r in ok) / vendor_total
+                                      if (vendor_total := sum(r.get("vendor_nfe") or 0 for r in ok)) else None),
         "peak_memory_bytes": max(memory) if memory else None,
         "peak_memory_source": next((r.get("peak_memory_source") for r in ok if r.get("peak_memory_source")), None),
         "peak_memory_nvml_bytes": max(nvml) if nvml else None,

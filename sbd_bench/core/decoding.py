@@ -55,10 +55,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..types import GREEDY, BlockView, Decision, Generation, Solver, UsageError, generate_baseline
+from ..types import GREEDY, BlockView, Decision, Generation, Solver, UsageError, generate_baseline, schedule_baseline
 from .cache import KVCache, StaticKVCache
 from .fastpath import FastPath, keeps_logits
 from .hf_generate import generate_with_transformers
+from .aligned import decode_aligned
+from .schedules import decode_with_schedule
 from .masks import Pattern
 from .model import LoadedModel, device_clock
 from .sampling import (DrawStream, draw, probabilities, speculative_verify, to_device, uniform_rows,
@@ -325,6 +327,10 @@ class Decoder:
         seeds = [self.seed] * len(prompts) if seeds is None else list(seeds)
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        if self.lm.family.aligned:  # blocks at multiples of the block size, one row at a time (aligned.py)
+            return [decode_aligned(self, ids, solver, seed) for ids, seed in zip(prompts, seeds)]
+        if schedule_baseline(solver) is not None:  # a family's own schedule, one row at a time (schedules.py)
+            return [decode_with_schedule(self, ids, solver) for ids in prompts]
         if generate_baseline(solver) is not None:  # transformers' own generate, one row at a time (hf_generate.py)
             return [generate_with_transformers(self, ids, solver, seed) for ids, seed in zip(prompts, seeds)]
         device, longest, k = self.lm.device, max(map(len, prompts)), self.block_size

@@ -40,6 +40,14 @@ class Family:
     # baselines mean what they say (SBD's defining property; NLD's AR loss)
     next_token: bool = True
     logit_shift: bool = False  # slot i is read from query i-1 (Fast-dLLM v2); SBD reads slot i at i
+    # blocks at multiples of the block size from position 0, each block (the prompt's too) bidirectional
+    # within itself: decoded by core/aligned.py (SDAR, Fast-dLLM v2); SBD's blocks start where the prompt ends
+    aligned: bool = False
+    # how a finished block's keys and values are written: "fused" into the next block's first forward
+    # (SBD, SDAR), or "forward", one of its own whose last logit gives the next block's first token (Fast-dLLM v2)
+    commit: str = "fused"
+    sub_block: int | None = None  # slots revealed left to right in windows of this many (Fast-dLLM v2: 8)
+    mask_token: str | None = None  # the mask's text, where neither tokenizer nor config names its id
     supported: bool = True
     reason: str = ""  # why a recognised family is refused
     source: str = ""  # where its facts come from (docs/models.md has the rows)
@@ -61,14 +69,18 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            key_mapping={r"^encoder\.": "model.", r"^diffusion_head\.": "lm_head."},
            mask_from_config=True, block_size_field="block_size",
            source="arXiv 2607.05722; the HF remote code's NemotronLabsDiffusionModel (docs/models.md)"),
-    # recognised, refused until the core decodes their layout (block-aligned, block-causal context)
-    Family("sdar", "JetAstra SDAR / TraDo (Qwen3, block 4)", model_types=("sdar",), next_token=False,
-           supported=False, reason="its blocks are aligned to multiples of the block size and its committed "
-           "blocks attend bidirectionally within themselves, which this version's core does not decode"),
-    Family("fast_dllm_v2", "NVlabs Fast-dLLM v2 (Qwen2.5, block 32, shifted logits)",
-           model_types=("Fast_dLLM_Qwen",), next_token=False, logit_shift=True, supported=False,
-           reason="it reads slot i from query i-1, aligns blocks to multiples of 32 and re-encodes each "
-           "committed block in a forward of its own, which this version's core does not decode"),
+    # recognised, refused: no stock class, no causal LM, or no exact cache
+    Family("sdar", "JetAstra SDAR 1.7B-8B / TraDo 4B-8B (Qwen3, block 4; b8-b64 variants): blocks aligned, "
+           "same-position logits; loads into Qwen3ForCausalLM",
+           model_types=("sdar",), config_class="Qwen3Config", model_class="Qwen3ForCausalLM", mask_from_config=True,
+           block_size_field="block_size", next_token=False, aligned=True, commit="fused",
+           source="JetAstra/SDAR generate.py and training/model/SDAR-4B-Chat at c2041a8 (docs/models.md)"),
+    Family("fast_dllm_v2", "NVlabs Fast-dLLM v2 1.5B/7B (Qwen2.5, block 32 in sub-blocks of 8): blocks aligned, "
+           "shifted logits, a commit forward per block; loads into Qwen2ForCausalLM",
+           model_types=("Fast_dLLM_Qwen",), config_class="Qwen2Config", model_class="Qwen2ForCausalLM",
+           block_size_field="bd_size", next_token=False, logit_shift=True, aligned=True, commit="forward",
+           sub_block=8, mask_token="|<MASK>|",
+           source="NVlabs/Fast-dLLM v2/generation_functions.py at 6cf2722 (docs/models.md)"),
     Family("llada2", "inclusionAI LLaDA2.0/2.1 (MoE)", model_types=("llada2_moe",), next_token=False,
            supported=False, reason="no stock transformers class holds its MoE architecture and its own code "
            "does not import under transformers 5"),
@@ -130,10 +142,14 @@ def check_supported(family: Family, path: Path) -> None:
 def stock_config(family: Family, fields: dict):
     """The stock config class of ``family`` built from config.json's fields (the checkpoint's own
     code fields dropped; fields the stock class does not know stay as attributes, as transformers keeps them)."""
+    import warnings
+
     import transformers
 
     kept = {key: value for key, value in fields.items() if key not in NOT_CONFIG_FIELDS}
-    return getattr(transformers, family.config_class)(**kept)
+    with warnings.catch_warnings():  # a published config's older spellings (rope_scaling: null) are read as meant
+        warnings.simplefilter("ignore", FutureWarning)
+        return getattr(transformers, family.config_class)(**kept)
 
 
 def trained_block_size(family: Family, config) -> int | None:

@@ -29,7 +29,7 @@ import copy
 
 import torch
 
-from ..types import Generation, UsageError, generate_baseline
+from ..types import Generation, UsageError, generate_baseline, schedule_baseline
 from .model import DTYPES, LoadedModel, ModelError, device_clock, load_model, resolve_model_path
 
 # options that HF reads from the draft model's generation_config, not from generate's arguments
@@ -57,7 +57,7 @@ def check_baselines(lm: LoadedModel, solvers) -> None:
     load or does not share its tokenizer, or ``--exact`` (exact mode is the core's own attention)."""
     for solver in solvers:
         baseline = generate_baseline(solver)
-        if baseline is None:
+        if baseline is None or schedule_baseline(solver) is not None:  # a family's schedule: core/schedules.py
             continue
         if lm.exact:
             raise UsageError(f"{solver.label} decodes with transformers' generate, which --exact does not cover (it "

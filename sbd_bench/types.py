@@ -447,6 +447,7 @@ class Task:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     suite: ClassVar[bool] = False  # True for the built-in synthetic tasks that ``--task suite`` runs
+    pack: ClassVar[str | None] = None  # the name that runs it with its pack's others ('parallelbench:root=DIR')
     stop: tuple[str, ...] = ()  # stop strings that end generation (stop tokens come from the model)
     max_new_tokens: int = 256  # a sensible default budget for this task
 
@@ -540,4 +541,10 @@ SUMMARY_ROW_FIELDS = (
     "vendor_nfe", "vendor_tokens_per_forward",
     "wall_time_s", "prefill_time_s", "decode_time_s",
     "peak_memory_bytes", "peak_memory_source", "peak_memory_nvml_bytes",
+    "family", "aup", "aup_lo", "aup_hi", "aup_y_max",  # the row's solver family and its AUP on the task
 )
+
+# ParallelBench's tasks (tasks/parallelbench.py) are named "parallelbench/<group>/<task>"; the PB score is
+# over those of a run, out of ParallelBench's 17.
+PARALLELBENCH_PREFIX = "parallelbench/"
+PARALLELBENCH_TASKS = 17

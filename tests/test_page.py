@@ -23,6 +23,7 @@ from sbd_bench.analysis.metrics import summarize
 from sbd_bench.analysis.records import RunFolderError, load_run
 from sbd_bench.analysis.report import main_table, markdown, ordered, write_report
 from sbd_bench.analysis.traces import read_traces, trace_problems
+from sbd_bench.analysis.yardsticks import annotate
 from sbd_bench.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +42,7 @@ def write_run_page(run_dir: Path, out_dir: Path) -> Path:
     """report.html of a run folder, without the PNGs (what `report` does for the page, faster)."""
     summary, records = load_run(run_dir)
     rows = ordered(summarize(records))
+    annotate(rows, records)  # as report.py does: each row's family AUP
     return page.write_page(out_dir, run_dir.name, summary, records, rows, read_traces(run_dir / "traces.jsonl"))
 
 
@@ -55,6 +57,7 @@ def test_page_is_one_file_holding_the_rows(tmp_path):
     assert "default-src 'none'" in text
     data = embedded(path)
     rows = ordered(summarize(standard_records()))
+    annotate(rows, standard_records())
     assert [(data["tasks"][r["task"]], data["configs"][r["config"]]["name"]) for r in data["rows"]] == \
         [(r["task"], r["config"]) for r in rows]
     for shown, row in zip(data["rows"], rows):
@@ -242,7 +245,10 @@ def choose(driver, selector, value):
 def test_every_row_shows_summary_json_figures(driver, baseline_page):
     assert page_problems(driver, baseline_page) == []
     summary = json.loads((ROOT / "results" / "baseline" / "summary.json").read_text())
+    if "aup" not in summary["rows"][0]:  # a baseline summarised before AUP: the one definition adds its fields
+        annotate(summary["rows"], load_run(ROOT / "results" / "baseline")[1])
     columns = [(key, text) for key, _, text, _, _ in page.columns_of(summary["rows"])]
+    assert {"aup", "aup_y_max"} <= {key for key, _ in columns}
     read = """return [...document.querySelectorAll('#board tbody tr')].map((tr) => [tr.dataset.config,
         Object.fromEntries([...tr.querySelectorAll('td[data-value]')].map((td) => [td.dataset.key,
             [td.dataset.value, td.querySelector('.value').textContent]]))]);"""
@@ -305,6 +311,9 @@ def test_leaderboard_sorts_on_a_click(driver, baseline_page):
     css(driver, '#board th[data-key="config"]')[0].click()
     names = [tr.get_attribute("data-config") for tr in css(driver, "#board tbody tr")]
     assert names == sorted(names)
+    aup = column("aup")
+    css(driver, '#board th[data-key="aup"]')[0].click()  # the family's AUP sorts like every figure
+    assert column("aup") == sorted(aup, reverse=True) != aup
 
 
 def test_keyboard_alone_sorts_switches_tasks_and_opens_examples(driver, baseline_page):

@@ -283,10 +283,12 @@ def test_every_table_has_the_same_task_and_config_order(tmp_path):
     records = [r for r in records if r["solver"] != "ntp"] + [r for r in records if r["solver"] == "ntp"]  # ntp last
     run_dir = crafted_run(tmp_path / "run", records, cost_curve=CURVE)
     found = tables(report.write_report(run_dir).read_text())
-    main, *details = found
+    main, families, *details = found
     assert main[0] == ["config", "tag", "arith"]
     configs = [row[0] for row in main[1:]]
     assert configs[0] == "ntp"
+    assert [row[0] for row in families[1:]] == ["ntp", "entropy_bounded", "fixed_k"]  # configs' order, by family
+    assert [h.split()[0] for h in families[0][1:3]] == ["tag", "arith"]
     assert len(details) == 3
     for table in details:
         assert table[0][:2] == ["task", "config"]
@@ -302,7 +304,7 @@ def test_rows_with_a_different_output_length_are_marked(tmp_path):
             r["tokens"] = r["tokens"] * 7 // 10
     run_dir = crafted_run(tmp_path / "run", records)
     text = report.write_report(run_dir).read_text()
-    main, accuracy_speed, _predicted, profile = tables(text)
+    main, _families, accuracy_speed, _predicted, profile = tables(text)
     cells = {row[0]: row[1:] for row in main[1:]}
     assert cells["fixed_k:k=4"][0].endswith(report.LENGTH_MARK) and not cells["fixed_k:k=4"][1].endswith(report.LENGTH_MARK)
     assert not any(report.LENGTH_MARK in c for c in cells["ntp"] + cells["entropy_bounded:gamma=0.35,proxy=entropy"])
@@ -327,3 +329,23 @@ def test_a_non_monotone_cost_curve_is_explained(tmp_path):
     text = report.write_report(crafted_run(tmp_path / "b", standard_records(n=2), cost_curve=CURVE)).read_text()
     assert "not monotone" not in text
     assert report.non_monotone({1: 1.0, 16: 1.6, 17: 1.5, 32: 1.4}) == [(16, 17), (17, 32)]
+
+
+def test_aup_per_family_with_y_max_in_the_table_and_every_row(tmp_path):
+    from sbd_bench.analysis.yardsticks import aup
+
+    records = standard_records(tasks=("arith", "copy"))
+    records = [r for r in records if not (r["config"] == "fixed_k:k=4" and r["task"] == "copy")]  # no copy for it
+    run_dir = crafted_run(tmp_path / "run", records)
+    text = report.write_report(run_dir).read_text()
+    families = tables(text)[1]
+    assert families[0] == ["family", "arith AUP (y_max 100.0)", "copy AUP (y_max 100.0)", "mean AUP"]
+    cells = {row[0]: row[1:] for row in families[1:]}
+    eb = aup([(1.0, 100.0), (50 / 24, 100.0)], 100.0)  # NTP's point, then entropy_bounded's: 50 tokens, 24 forwards
+    assert cells["entropy_bounded"] == [f"{eb:.1f} [200.0, 218.2]", f"{eb:.1f} [200.0, 218.2]", f"{eb:.1f}"]
+    assert cells["fixed_k"][0].endswith("(1 of 2 points)")  # 60%: more than 5 below NTP's 100%, dropped
+    assert cells["fixed_k"][1:] == ["-", "-"]  # no copy: no AUP there, no mean over the run's tasks
+    rows = list(csv.DictReader((run_dir / "rows.csv").open()))
+    eb_rows = [r for r in rows if r["config"].startswith("entropy_bounded")]
+    assert {r["family"] for r in eb_rows} == {"entropy_bounded"} and {r["aup_y_max"] for r in eb_rows} == {"100.0"}
+    assert float(eb_rows[0]["aup"]) == pytest.approx(eb)

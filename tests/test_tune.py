@@ -247,6 +247,10 @@ def test_a_tune_on_the_shipped_model(tuned, capsys):
     assert {r["id"] for r in calibration} == set(state["splits"]["tag"]["order"] + state["splits"]["tag"]["calibration"])
     held = read_records(tuned / "held_out" / "tag" / "samples.jsonl")
     assert {r["config"] for r in held} == {"ntp", eb["pick"]}
+    grid = json.loads((tuned / "calibration" / "summary.json").read_text())["yardsticks"]["aup"]
+    [eb_grid] = [e for e in grid if e["family"] == "entropy_bounded"]
+    assert len(eb_grid["points"]) == 1 + len(eb["settings"])  # NTP's point and each setting's: one curve
+    assert f"| tag | entropy_bounded | {eb_grid['aup']:.1f} [" in (tuned / "tune.md").read_text()
     assert {r["id"] for r in held} == set(state["splits"]["tag"]["held_out"])
     assert main(["tune", "--resume", str(tuned)]) == 0  # complete: nothing decoded, the table and the line again
     captured = capsys.readouterr()

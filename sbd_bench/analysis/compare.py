@@ -15,7 +15,8 @@ with like), then summarised with the same metrics. Per configuration x task it f
                            must be NTP's) where the baseline's was 1, or at all with --exact; below 1 in both
                            runs without --exact (rounding at near ties, bf16 most) it is a note, not a regression
 and when the run has a configuration the baseline lacks (refresh the baseline deliberately, see the
-docs/measurement.md). A row that did not regress improved when a figure moved the better way (accuracy or
+docs/measurement.md). Below the table, every solver family's AUP in both runs (``compare_aup``): a drop
+below the baseline's bootstrap interval is reported, not gated (accuracy and tokens per forward are). A row that did not regress improved when a figure moved the better way (accuracy or
 pass@k up, NFE down, tokens per forward up, fewer errors: within the tolerances; the wall-clock speed
 factor up by more than --wall-tol), else it is unchanged. ``--format markdown`` writes a summary for a CI
 job page: the status, then the regressions, the improvements and the unchanged rows, then the notes. Runs with and without --exact are not compared (refused): their timings measure
@@ -37,6 +38,7 @@ from .metrics import BASELINE_SOLVER, example_key, is_lossless, is_verified, ntp
 from .page import COMPARE_TITLE, page_data, page_html
 from .records import check_output_file, load_run, starts_with, write_text_atomic
 from .traces import TRACES, read_traces
+from .yardsticks import family_aups, task_y_max
 
 
 class CompareError(UsageError):
@@ -114,9 +116,34 @@ def ntp_mismatch(row: dict) -> float:
     return 1 - match if is_lossless(row) and greedy and match is not None and match < 1 - EPS else 0.0
 
 
-def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[dict], list[str], list[str]]:
-    """(rows, regressions, notes) for a run against a baseline; each row: ``cells`` (a line of the
-    table, ``HEADER``), ``status`` (regression, improvement or unchanged) and ``changes`` (why)."""
+def compare_aup(base_rows: list[dict], base_records: list[dict], run_rows: list[dict]) -> list[dict]:
+    """Per (family, task) of the run: its AUP in both runs with one y_max (the best accuracy on the task in
+    either run, so that a change of y_max moves neither); ``dropped`` where the run's falls below the
+    baseline's 95% bootstrap interval (beyond the noise of which examples were drawn), ``improvement`` where
+    it rises above it. A drop is reported, not a regression of its own: AUP is made of accuracy and tokens
+    per forward, which are gated at their tolerances already. Each entry: ``cells`` (``AUP_HEADER``),
+    ``status``, ``changes``."""
+    best = {t: max(a, task_y_max(run_rows).get(t, 0.0)) for t, a in task_y_max(base_rows).items()}
+    best.update({t: v for t, v in task_y_max(run_rows).items() if t not in best})
+    base = {(e["family"], e["task"]): e for e in family_aups(base_rows, base_records, best)}
+    out = []
+    for e in family_aups(run_rows, None, best):
+        b = base.get((e["family"], e["task"]))
+        if b is None:
+            continue  # a family new in the run: its configurations are reported missing from the baseline
+        lo, hi = (b["aup_lo"], b["aup_hi"]) if b["aup_lo"] is not None else (b["aup"], b["aup"])
+        change = f"AUP {b['aup']:.1f} -> {e['aup']:.1f} (baseline's 95% interval [{lo:.1f}, {hi:.1f}], y_max {e['y_max']:.1f})"
+        status = "dropped" if e["aup"] < lo - EPS else "improvement" if e["aup"] > hi + EPS else "unchanged"
+        out.append({"cells": [e["family"], e["task"], f"{e['y_max']:.1f}", f"{b['aup']:.1f}", f"[{lo:.1f}, {hi:.1f}]",
+                              f"{e['aup']:.1f}", "DROP" if status == "dropped" else "ok"],
+                    "status": status, "changes": [change] if status != "unchanged" else []})
+    return out
+
+
+def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[dict], list[str], list[str], list[dict]]:
+    """(rows, regressions, notes, families) for a run against a baseline; each row: ``cells`` (a line of
+    the table, ``HEADER``), ``status`` (regression, improvement or unchanged) and ``changes`` (why);
+    ``families``: ``compare_aup``'s entries (a drop is among ``notes``)."""
     base_summary, base_records = load_run(baseline_dir)
     run_summary, run_records = load_run(run_dir)
     shared = {example_key(r) for r in base_records} & {example_key(r) for r in run_records}
@@ -165,7 +192,11 @@ def compare_runs(baseline_dir: Path, run_dir: Path, tol: dict) -> tuple[list[dic
                      "changes": problems or better})
     for key in sorted({(r["config"], r["task"]) for r in base_records} - run_rows.keys()):
         notes.append(f"{key[0]} on {key[1]} is in the baseline but not in this run (not compared)")
-    return body, regressions, notes
+    families = compare_aup(list(base_rows.values()), [r for r in base_records if example_key(r) in shared],
+                           list(run_rows.values()))
+    notes += [f"{f['cells'][0]} on {f['cells'][1]}: {f['changes'][0]}, beyond noise" for f in families
+              if f["status"] == "dropped"]
+    return body, regressions, notes, families
 
 
 def compare_page_data(baseline_dir: Path, run_dir: Path) -> dict:
@@ -265,12 +296,13 @@ def _f(value) -> str:
 
 HEADER = ["config", "task", "nfe base", "nfe run", "acc base", "acc run", "tok/fwd base", "tok/fwd run",
           "wall x base", "wall x run", "status"]
+AUP_HEADER = ["family", "task", "y_max", "AUP base", "base 95% CI", "AUP run", "status"]
 TABLE_START = "| " + " | ".join(HEADER[:2]) + " |"  # how compare knows an --out file it wrote before
 SUMMARY_TITLE = "## sbd_bench compare: "  # the same, for --format markdown
 
 
-def table(rows: list[dict], with_changes: bool = False) -> str:
-    header = HEADER[:-1] + ["what changed"] if with_changes else HEADER
+def table(rows: list[dict], with_changes: bool = False, header: list[str] = HEADER) -> str:
+    header = header[:-1] + ["what changed"] if with_changes else header
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         cells = row["cells"][:-1] + ["; ".join(row["changes"])] if with_changes else row["cells"]
@@ -278,10 +310,22 @@ def table(rows: list[dict], with_changes: bool = False) -> str:
     return "\n".join(lines)
 
 
+def aup_table(families: list[dict], with_changes: bool = False) -> str:
+    return table(families, with_changes, AUP_HEADER)
+
+
+AUP_NOTE = ("AUP per solver family, both runs with one y_max per task (the best accuracy in either); DROP: the run's "
+            "AUP is below the baseline's 95% bootstrap interval over examples, beyond noise (reported, and gated only "
+            "through accuracy and tokens per forward; docs/measurement.md).")
+
+
 def summary_markdown(rows: list[dict], regressions: list[str], notes: list[str], baseline: Path, run: Path,
-                     tol: dict) -> str:
-    """The comparison as a CI job summary: status, regressions, improvements, unchanged rows (folded), notes."""
+                     tol: dict, families: list[dict] | None = None) -> str:
+    """The comparison as a CI job summary: status, regressions, improvements, unchanged rows (folded), the
+    AUP of every family, notes."""
+    families = families or []
     groups = {status: [r for r in rows if r["status"] == status] for status in ("regression", "improvement", "unchanged")}
+    dropped = [f for f in families if f["status"] == "dropped"]
     status = f"FAIL, {len(groups['regression'])} row(s) regressed" if regressions else "pass"
     lines = [f"{SUMMARY_TITLE}{status}", "",
              f"`{run}` against the baseline `{baseline}`: {len(rows)} configuration x task row(s) compared; tolerances: "
@@ -296,6 +340,9 @@ def summary_markdown(rows: list[dict], regressions: list[str], notes: list[str],
                   "</details>", ""]
     else:
         lines += ["None.", ""]
+    if families:
+        lines += [f"### AUP per solver family ({len(dropped)} dropped)", "", AUP_NOTE, "",
+                  aup_table(families, with_changes=True), ""]
     findings = [r for r in regressions if not any(r.startswith(f"{row['cells'][0]} on {row['cells'][1]}: ")
                                                   for row in groups["regression"])]
     if notes or findings:
@@ -316,16 +363,16 @@ def cmd_compare(args) -> int:
                           or starts_with(path, SUMMARY_TITLE), "compare")
     if args.html:  # the same for the page: one `compare --html` wrote, or a new file
         check_output_file(Path(args.html), "compare.html", _is_compare_page, "compare", flag="--html")
-    rows, regressions, notes = compare_runs(Path(args.baseline), Path(args.run), tol)
+    rows, regressions, notes, families = compare_runs(Path(args.baseline), Path(args.run), tol)
     if args.html:
         text = page_html(compare_page_data(Path(args.baseline), Path(args.run)))
         Path(args.html).parent.mkdir(parents=True, exist_ok=True)  # the check above probed it and left nothing
         write_text_atomic(Path(args.html), text)
     if args.format == "markdown":
-        text = summary_markdown(rows, regressions, notes, Path(args.baseline), Path(args.run), tol)
+        text = summary_markdown(rows, regressions, notes, Path(args.baseline), Path(args.run), tol, families)
         written = text
     else:
-        text = table(rows)
+        text = table(rows) + (f"\n\n{AUP_NOTE}\n\n{aup_table(families)}" if families else "")
         written = text + "\n" + "".join(f"\n- {r}" for r in regressions + notes)
     if args.out:  # before stdout, whose reader may be gone (`compare ... --out F | head -1`)
         write_text_atomic(Path(args.out), written.rstrip("\n") + "\n")
@@ -336,6 +383,7 @@ def cmd_compare(args) -> int:
         print(f"REGRESSION: {line}", file=sys.stderr)
     status = "fail" if regressions else "pass"
     print(json.dumps({"status": status, "regressions": len(regressions), "compared": len(rows),
+                      "aup_compared": len(families), "aup_dropped": sum(f["status"] == "dropped" for f in families),
                       **({"page": str(args.html)} if args.html else {})}))
     return 1 if regressions else 0
 

@@ -3,7 +3,8 @@
     python -m sbd_bench report runs/x            # also run at the end of every `run`
 
 Writes into the run folder (atomically, each file complete or absent):
-  report.md               provenance, the main table, then three narrow detail tables (accuracy and speed
+  report.md               provenance, the main table, AUP (and PB scores) per solver family, then three
+                          narrow detail tables (accuracy and speed
                           factors with 95% intervals, pass@k with several samples per example; wall-clock against predicted speed factors; the
                           decoding profile; with math tasks, what the other scorer would change),
                           the measured cost curve, failures
@@ -41,6 +42,7 @@ from .records import (SUMMARY, RunFolderError, free_path, is_run_summary, load_r
 from .page import PAGE, write_page
 from .roofline import prediction_columns
 from .traces import TRACES, read_traces
+from .yardsticks import PB_THRESHOLDS, annotate
 
 PREDICTION_LABELS = {"pred_measured": "predicted (measured curve)"}
 SAMPLED_NOTE = ("Sampled run: N samples of each example per configuration (`n` counts samples), each with its seed in "
@@ -86,6 +88,47 @@ def main_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
 # A detail table is a list of columns: (header, cell of one summary row). Another figure is one more
 # entry in one of these lists.
 Column = tuple[str, Callable[[dict], str]]
+
+
+def family_table(rows: list[dict], yardsticks: dict) -> tuple[list[str], list[list[str]]]:
+    """One row per solver family (in ``config_order``): its AUP per task with the 95% interval (and how
+    many of its points the 5-point margin kept, where it dropped some), the mean over tasks, and with
+    ParallelBench tasks its PB scores. The task headers carry the task's y_max."""
+    tasks = [t for t in task_order(rows) if any(e["task"] == t for e in yardsticks["aup"])]
+    entries = {(e["family"], e["task"]): e for e in yardsticks["aup"]}
+    families = list(dict.fromkeys(r["family"] for r in ordered(rows) if r.get("family") is not None))
+    y_max = {e["task"]: e["y_max"] for e in yardsticks["aup"]}
+    pb = yardsticks.get("pb") or {}
+    header = ["family", *(f"{t} AUP (y_max {y_max[t]:.1f})" for t in tasks), "mean AUP"]
+    header += [f"PB{x}" for x in PB_THRESHOLDS] if yardsticks.get("pb_tasks") else []
+    body = []
+    for family in families:
+        line = [family]
+        for task in tasks:
+            e = entries.get((family, task))
+            line.append("-" if e is None else _num(e["aup"], 1) + _interval(e["aup_lo"], e["aup_hi"], lambda v: _num(v, 1))
+                        + (f" ({e['kept']} of {len(e['points'])} points)" if e["kept"] < len(e["points"]) else ""))
+        line.append(_num(yardsticks["mean_aup"].get(family), 1))
+        if yardsticks.get("pb_tasks"):
+            line += [_num((pb.get(family) or {}).get(f"PB{x}"), 2) for x in PB_THRESHOLDS]
+        body.append(line)
+    return header, body
+
+
+def family_lines(rows: list[dict], yardsticks: dict) -> list[str]:
+    if not yardsticks.get("aup"):
+        return []
+    pb_tasks = yardsticks.get("pb_tasks") or []
+    text = ["### AUP per solver family", "", "AUP (d3LLM's Accuracy Under Parallelism): the weighted area under a solver "
+            "family's accuracy (%) against tokens per forward on a task, its configurations' points joined by NTP's "
+            "(1 token per forward), a point more than 5 below the first dropped; y_max, in each header, is the best "
+            "accuracy on the task in this run; 95% bootstrap interval over examples; mean over the tasks "
+            "(docs/measurement.md, 'The field's yardsticks')."]
+    if pb_tasks:
+        text[-1] += (f" PBx (ParallelBench): the most mean tokens per forward of the family's configurations whose "
+                     f"mean score over the {len(pb_tasks)} of ParallelBench's {yardsticks['pb_tasks_of']} tasks in "
+                     f"this run is at least x%.")
+    return text + ["", markdown(*family_table(rows, yardsticks)), ""]
 
 
 def pass_at_k_cell(r: dict) -> str:
@@ -406,9 +449,9 @@ def _table_section(title: str, intro: str, rows: list[dict], columns: list[Colum
 
 
 def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dict[str, dict],
-                warning: str | None = None, scorers: list[dict] | None = None) -> str:
+                warning: str | None = None, scorers: list[dict] | None = None, yardsticks: dict | None = None) -> str:
     """report.md; ``warning``: verified outputs that differ from NTP's (metrics.ntp_mismatch_warning);
-    ``scorers``: metrics.scorer_changes of the records."""
+    ``scorers``: metrics.scorer_changes of the records; ``yardsticks``: yardsticks.annotate of the rows."""
     header, body = main_table(rows)
     text = [f"{REPORT_TITLE}{run_dir.name}", ""]
     if not summary.get("complete"):
@@ -420,6 +463,7 @@ def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dic
     sampled = sampled_rows(rows)
     if sampled:
         text += [SAMPLED_NOTE, ""]
+    text += family_lines(rows, yardsticks or {})
     text += ["## Details", ""]
     text += _table_section(
         "Accuracy and speed factors", "95% intervals: Wilson for accuracy, seeded percentile bootstrap over examples "
@@ -501,12 +545,13 @@ def _write_report(run_dir: Path, out_dir: Path | None, summary: dict, records: l
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = ordered(summarize(records, ((summary.get("provenance") or {}).get("config") or {}).get("pass_k")))
+    yardsticks = annotate(rows, records)
     predictions = prediction_columns(summary, records)
     warning = ntp_mismatch_warning(records, exact=bool((summary.get("provenance") or {}).get("exact")))
     # report.md first: it marks the folder as a report's (check_report_folder), so a report that a full disk
     # stopped halfway is replaced by the same command run again, not refused as someone else's files
     write_text_atomic(out_dir / "report.md", report_text(run_dir, summary, rows, predictions, warning,
-                                                        scorer_changes(records)))
+                                                        scorer_changes(records), yardsticks))
     write_text_atomic(out_dir / "table.csv", csv_text(*main_table(rows)))
     long_header = list(SUMMARY_ROW_FIELDS) + list(predictions)
     long_body = [[json.dumps(r.get(f)) if isinstance(r.get(f), dict) else r.get(f) for f in SUMMARY_ROW_FIELDS]

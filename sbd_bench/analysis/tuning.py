@@ -249,7 +249,7 @@ def write_tune(folder: Path, state: dict, plot: bool = True) -> None:
     folder = Path(folder)
     write_json_atomic(folder / TUNE_FILE, state)
     if state.get("results"):
-        write_text_atomic(folder / TABLE_FILE, table_text(state))
+        write_text_atomic(folder / TABLE_FILE, table_text(state, _calibration_yardsticks(folder)))
         if plot:
             plot_tune(state, folder / PLOT_FILE)
 
@@ -321,7 +321,31 @@ def setting_rows(result: dict) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
-def table_text(state: dict) -> str:
+def _calibration_yardsticks(folder: Path) -> dict | None:
+    """The calibration run's AUP per solver family (its summary.json ``yardsticks``): each solver's whole
+    grid on the ordering and calibration examples is one curve. None before it is summarised."""
+    try:
+        return json.loads((folder / CALIBRATION / "summary.json").read_text(encoding="utf-8")).get("yardsticks")
+    except (OSError, ValueError):
+        return None
+
+
+def aup_lines(yardsticks: dict | None) -> list[str]:
+    """tune.md's section on each solver's grid as one AUP curve per task (analysis/yardsticks.py)."""
+    entries = (yardsticks or {}).get("aup") or []
+    if not entries:
+        return []
+    body = [[e["task"], e["family"], f"{e['aup']:.1f}" + ("" if e["aup_lo"] is None else
+                                                         f" [{e['aup_lo']:.1f}, {e['aup_hi']:.1f}]"),
+             f"{e['y_max']:.1f}", f"{e['kept']} of {len(e['points'])}"] for e in entries]
+    return ["## AUP of each solver's grid", "",
+            "d3LLM's AUP with every setting of a solver (and NTP's point) as one curve of accuracy against tokens per "
+            "forward, on the calibration run's examples; 95% bootstrap interval; y_max the best accuracy there "
+            "(docs/measurement.md, 'The field's yardsticks').", "",
+            markdown(["task", "solver family", "AUP [95% CI]", "y_max", "points kept"], body), ""]
+
+
+def table_text(state: dict, yardsticks: dict | None = None) -> str:
     settings, sizes = state["settings"], state["sizes"]
     lines = ["# Tune: each solver at its fastest setting whose accuracy loss against NTP is certified", "",
              f"Command: `{settings.get('command') or '?'}`", "",
@@ -345,6 +369,7 @@ def table_text(state: dict) -> str:
         lines += ["Not certified:", ""]
         lines += [f"- {r['task']}, {r['family']}: {r['not_certified']}" for r in state["results"] if not r["pick"]]
         lines.append("")
+    lines += aup_lines(yardsticks)
     lines += ["## Every setting on the calibration examples", ""]
     for r in state["results"]:
         lines += [f"### {r['task']}: {r['family']}", "",

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from ..analysis import metrics
+from ..analysis import metrics, yardsticks
 from ..analysis.records import (SAMPLES, SUMMARY, RecordWriter, RunFolderError, RunFolderLock,
                                 prepare_output_folder, read_records, read_summary, remove_empty_folders, repair_tail,
                                 write_json_atomic)
@@ -541,6 +541,7 @@ def write_summary(out: Path, summary: dict, total: int) -> None:
     records = read_records(out / SAMPLES)
     config = (summary.get("provenance") or {}).get("config") or {}
     summary["rows"] = metrics.summarize(records, config.get("pass_k"))
+    summary["yardsticks"] = yardsticks.annotate(summary["rows"], records)
     summary["failures"] = [{"config": r["config"], "task": r["task"], "id": r["id"], "repeat": r.get("repeat", 0),
                             **({"sample": r["sample"]} if "sample" in r else {}), "error": r["error"]}
                            for r in records if r.get("error")]

@@ -36,9 +36,20 @@ def task_registry() -> dict[str, type[Task]]:
     return dict(_TASKS)
 
 
+def pack_members(head: str) -> list[str]:
+    """The registered tasks a pack or group name stands for: a pack's own (``Task.pack``: 'parallelbench',
+    its 12 rule-checked tasks), or every task under a group ('parallelbench/puzzle'); [] for other names."""
+    if head in _TASKS:
+        return []
+    if any(cls.pack == head for cls in _TASKS.values()):
+        return [name for name, cls in _TASKS.items() if cls.pack == head]
+    return [name for name in _TASKS if name.startswith(head + "/")]
+
+
 def expand_tasks(spec: str) -> list[str]:
     """Comma list of task names or JSONL paths; 'suite' is every built-in synthetic task, and
-    'suite:key=value' each of them with that option ('suite:n_test=520')."""
+    'suite:key=value' each of them with that option ('suite:n_test=520'); a pack or group name
+    (``pack_members``) its tasks, each with the options ('parallelbench:root=DIR')."""
     names: list[str] = []
     for item in filter(None, (s.strip() for s in spec.split(","))):
         head, colon, options = item.partition(":")
@@ -47,6 +58,8 @@ def expand_tasks(spec: str) -> list[str]:
             if not suite:
                 raise UsageError("no built-in synthetic suite is installed: name a task or a JSONL file with --task")
             names += [f"{name}{colon}{options}" for name in suite]
+        elif pack_members(head):
+            names += [f"{name}{colon}{options}" for name in pack_members(head)]
         else:
             names.append(item)
     if not names:

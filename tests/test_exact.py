@@ -88,8 +88,8 @@ def test_the_other_supported_families_too(family, tmp_path):
 class LogitsRecorder(Decoder):
     """Keeps the logits of every decode forward (B, keep, V)."""
 
-    def forward(self, ids, positions, pattern, cache, phase="decode", keep=0, rows=None):
-        logits = super().forward(ids, positions, pattern, cache, phase, keep, rows)
+    def forward(self, ids, positions, pattern, cache, phase="decode", keep=0, rows=None, log=None):
+        logits = super().forward(ids, positions, pattern, cache, phase, keep, rows, log)
         if phase != "prefill":
             self.seen.append(logits.clone())
         return logits

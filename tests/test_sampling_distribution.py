@@ -199,7 +199,7 @@ class Doubter(Solver):
     """Test-only: the leftmost masked position each forward; from the second forward on, each position
     revealed earlier whose token the shadow gives less than 0.4 is masked again, once per position. Which
     drafts survive depends on their values: the case that only the block's last forward's drafts may be
-    judged (Decoder._judgeable)."""
+    judged (verify.judgeable)."""
 
     name: ClassVar[str] = "doubter"
     revokes: ClassVar[bool] = True
@@ -255,11 +255,10 @@ def test_a_revoking_solvers_early_drafts_judged_are_biased_and_the_test_sees_it(
     left), not only those of the block's last forward: which drafts survive depended on their values, and
     the output is far from NTP's distribution (chi-square 2,313 on 98 df at 40,000 draws when measured; 375 on
     88 df, p 5e-37, at the 5,000 drawn here)."""
-    from sbd_bench.core import decoding
+    from sbd_bench.core import verify
     from sbd_bench.core.sampling import verifiable_drafts
 
-    monkeypatch.setattr(decoding.Decoder, "_judgeable",
-                        staticmethod(lambda solver, r: verifiable_drafts(r.reveal_step[1 : len(r.pending)])))
+    monkeypatch.setattr(verify, "judgeable", lambda solver, r: verifiable_drafts(r.reveal_step[1 : len(r.pending)]))
     draws = Counter(core_draws(lm, prompt, CONFIGS["doubter verified"], n=DRAWS // 4,  # a quarter: power to spare
                                block_size=BLOCK_SIZES["doubter verified"]))
     statistic, df, p = goodness_of_fit(draws, as_cells(exact_joint(lm, prompt)))

@@ -15,7 +15,8 @@ import torch
 
 from scale_models import build_scale_model
 from sbd_bench.core import cache as cache_module
-from sbd_bench.core.decoding import Decoder, verify_drafts
+from sbd_bench.core.decoding import Decoder
+from sbd_bench.core.verify import verify_drafts
 from sbd_bench.core.model import load_model
 from sbd_bench.registry import RegistryError, parse_solver_spec, solver_registry
 from sbd_bench.types import GenerateBaseline, SolverError

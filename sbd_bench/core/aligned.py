@@ -33,6 +33,7 @@ import torch
 
 from ..types import BlockView, Decision, Generation, UsageError
 from .cache import KVCache
+from .checks import check_decision
 from .masks import Pattern
 from .model import LoadedModel, device_clock
 
@@ -103,7 +104,7 @@ class _Row:
         self.prompt = prompt_ids
         self.budget = min(decoder.max_new_tokens, decoder.context - len(prompt_ids))
         self.cache = KVCache(self.lm.model.config)
-        self.start_nfe = decoder.counters.nfe
+        self.start_nfe = decoder.nfe
         self.generator = None if solver.deterministic else torch.Generator().manual_seed(seed)
         self.out: list[int] = []
         self.revealer: list[int] = []  # out[i] was revealed by forward revealer[i] (1: the first)
@@ -114,7 +115,7 @@ class _Row:
 
     @property
     def forwards(self) -> int:
-        return self.decoder.counters.nfe - self.start_nfe
+        return self.decoder.nfe - self.start_nfe
 
     def forward(self, ids: list[int], start: int, pattern, keep: int, phase: str = "decode") -> torch.Tensor:
         device = self.lm.device
@@ -126,7 +127,7 @@ class _Row:
         return self.decoder.forward(tensor, positions, pattern, self.cache, phase=phase, keep=keep)[0]
 
     def stop_at(self, ids: list[int]) -> bool:
-        cut, reason = self.decoder._stop(ids, len(ids), self.budget, first_new=len(self.out))
+        cut, reason = self.decoder.stop.stop_at(ids, len(ids), self.budget, first_new=len(self.out))
         if cut is not None:
             self.cut, self.reason = cut, reason
         return cut is not None
@@ -207,7 +208,7 @@ def decode_aligned(decoder, prompt_ids: list[int], solver, seed: int) -> Generat
     vendor = row.forwards + (row.carries if family.commit == "fused" else prefill)
     return Generation(output_ids=out, stop_reason=row.reason, nfe=row.forwards, prefill_forwards=prefill,
                       revealed_per_forward=revealed, forwards_per_block=row.forwards_per_block,
-                      prefill_time_s=0.0, decode_time_s=t1 - t0, output_text=decoder._text(out, row.reason),
+                      prefill_time_s=0.0, decode_time_s=t1 - t0, output_text=decoder.stop.text(out, row.reason),
                       vendor_nfe=vendor,
                       **({"remasked_per_block": [0] * len(row.forwards_per_block),
                           "forced_per_block": [0] * len(row.forwards_per_block)} if solver.revokes else {}))
@@ -242,7 +243,7 @@ def _reveal(row: _Row, solver, logits, shadow_logits, slots, revealed_at, memory
     decision = solver.select(view)
     picked, dropped, kept = ((decision.reveal, decision.remask, decision.state) if isinstance(decision, Decision)
                              else (decision, None, None))
-    row.decoder._check_decision(solver, picked, dropped, kept, masked)
+    check_decision(solver, picked, dropped, kept, masked)
     tokens = view.tokens[0].tolist()
     picked = picked[0].tolist()
     dropped = dropped[0].tolist() if dropped is not None and not forced else [False] * len(picked)

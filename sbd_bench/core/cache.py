@@ -52,7 +52,7 @@ class KVCache:
 
     def keep(self, columns: torch.Tensor) -> None:
         """Keep, for each row b, the cached columns ``columns[b]`` (B, L) in that order: the length becomes
-        L. Batched verified decoding drops each row's rejected keys/values with it (core/decoding.py)."""
+        L. Batched verified decoding drops each row's rejected keys/values with it (core/verify.py)."""
         for layer in self.hf.layers:
             if layer.is_initialized and layer.keys.numel():
                 layer.keys, layer.values = _gather_columns(layer.keys, columns), _gather_columns(layer.values, columns)

@@ -19,8 +19,8 @@ What is counted, and where:
   draft) and committed (``revealed_per_forward``; the next forward starts where they end).
 - ``draft_forwards``: forwards of the draft model, its own reading of the prompt included (0 for prompt
   lookup, which drafts without a model), counted by the same hook on it.
-Stops and budget are the core's (``Decoder._stop``): ``generate`` stops after the first forward that
-commits what ends the core's decoding (a stopping criterion asks ``_stop``), and its output is cut where the
+Stops and budget are the core's (``decoder.stop``, core/stops.py): ``generate`` stops after the first forward that
+commits what ends the core's decoding (a stopping criterion asks ``decoder.stop.stop_at``), and its output is cut where the
 core's would be. HF's assisted decoding takes one sequence at a time: a batch is decoded row by row.
 """
 from __future__ import annotations
@@ -94,7 +94,7 @@ def _stopping_criterion(decoder, prompt_len: int, budget: int):
 
         def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
             out = input_ids[0, prompt_len:].tolist()
-            cut, _ = decoder._stop(out, len(out), budget, first_new=self.seen)
+            cut, _ = decoder.stop.stop_at(out, len(out), budget, first_new=self.seen)
             self.seen = len(out)
             return torch.full((input_ids.shape[0],), cut is not None, dtype=torch.bool, device=input_ids.device)
 
@@ -156,7 +156,7 @@ def generate_with_transformers(decoder, prompt_ids: list[int], solver, seed: int
             draft.model.generation_config = draft_config
     out = sequence[0, len(prompt_ids):].tolist()
     drafted, accepted, replaced, committed = _per_forward(target.calls, len(prompt_ids), out)
-    cut, reason = decoder._stop(out, len(out), budget)
+    cut, reason = decoder.stop.stop_at(out, len(out), budget)
     if cut is None:
         raise RuntimeError(f"{solver.label}: generate stopped after {len(out)} tokens where the core's rule goes on")
     committed[-1] -= len(out) - cut  # the forward that ended decoding keeps what precedes the stop
@@ -164,7 +164,7 @@ def generate_with_transformers(decoder, prompt_ids: list[int], solver, seed: int
     return Generation(
         output_ids=out, stop_reason=reason, nfe=len(target.calls), prefill_forwards=0,
         revealed_per_forward=committed, forwards_per_block=[1] * len(target.calls), prefill_time_s=0.0,
-        decode_time_s=t1 - t0, output_text=decoder._text(out, reason), drafted_per_block=drafted,
+        decode_time_s=t1 - t0, output_text=decoder.stop.text(out, reason), drafted_per_block=drafted,
         accepted_per_block=accepted, replaced_per_block=replaced,
         draft_forwards=len(drafter.calls) if drafter is not None else 0,
     )

@@ -63,7 +63,7 @@ class _Run:
         self.decoder, self.lm = decoder, decoder.lm
         self.budget = min(decoder.max_new_tokens, decoder.context - len(prompt_ids))
         self.cache = KVCache(self.lm.model.config)
-        self.start_nfe = decoder.counters.nfe
+        self.start_nfe = decoder.nfe
         self.out: list[int] = []
         self.revealer: list[int] = []  # out[i] was revealed by forward revealer[i] (0: the prompt's)
         self.forwards_per_block: list[int] = []
@@ -72,7 +72,7 @@ class _Run:
 
     @property
     def forwards(self) -> int:
-        return self.decoder.counters.nfe - self.start_nfe
+        return self.decoder.nfe - self.start_nfe
 
     def forward(self, ids: list[int], start: int, bidirectional: bool, keep: int) -> torch.Tensor:
         """One forward of ``ids`` at positions start.. (causal, or all bidirectional): float32 (len, V) of
@@ -93,7 +93,7 @@ class _Run:
         self.check_stop(self.out)
 
     def check_stop(self, ids: list[int]) -> bool:
-        cut, reason = self.decoder._stop(ids, len(ids), self.budget)
+        cut, reason = self.decoder.stop.stop_at(ids, len(ids), self.budget)
         if cut is not None and self.cut is None:
             self.cut, self.reason = cut, reason
         return cut is not None
@@ -106,7 +106,7 @@ class _Run:
         return Generation(output_ids=out, stop_reason=self.reason, nfe=self.forwards, prefill_forwards=0,
                           revealed_per_forward=revealed, forwards_per_block=self.forwards_per_block,
                           prefill_time_s=0.0, decode_time_s=t1 - t0,
-                          output_text=self.decoder._text(out, self.reason), **fields)
+                          output_text=self.decoder.stop.text(out, self.reason), **fields)
 
 
 def _confident(logits: torch.Tensor, masked: torch.Tensor, tau: float) -> tuple[torch.Tensor, torch.Tensor]:

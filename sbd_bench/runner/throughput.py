@@ -45,7 +45,7 @@ def measure(lm, task, prompts: list[list[int]], solver, cfg, batch_size: int, re
     def decode(part):
         decoder = make_decoder(lm, task, cfg)
         gens = decoder.generate_batch(part, solver)
-        return gens, decoder.counters.nfe
+        return gens, decoder.nfe
 
     decode(prompts[:batch_size])  # warm-up: allocations, kernel choice, CUDA graph captures
     walls = []

@@ -114,12 +114,12 @@ def cmd_run(args) -> int:
                              f"another run: give it a new --out folder)")
         out = Path(args.resume)
     else:
-        check_model_folder(args.model)  # the cheapest checks first: a typo in --model costs no work
+        check_model_folder(args.model, args.family)  # the cheapest checks first: a typo in --model costs no work
         pick_device(args.device)  # before anything loads (the model loader checks again)
         if distributed.launched() and not args.out:
             raise UsageError("under torchrun pass --out DIR: every rank must name the same run folder")
         out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
-        cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=expand_tuned(args.solver), out=out,
+        cfg = RunConfig(model=args.model, family=args.family, tasks=expand_tasks(args.task), solvers=expand_tuned(args.solver), out=out,
                         block_size=args.block_size, max_new_tokens=args.max_new_tokens, limit=args.limit,
                         max_block_forwards=args.max_block_forwards,
                         seed=args.seed, plugins=args.plugins, device=args.device, dtype=args.dtype,
@@ -198,7 +198,7 @@ def cmd_tune(args) -> int:
             raise UsageError("tune needs --solver: one sweep per solver joined by '+', e.g. "
                              "--solver \"entropy_bounded:gamma=0.01,0.1,0.35+confidence:tau=0.95,0.9\"")
         out = Path(args.out or f"runs/tune-{time.strftime('%Y%m%d-%H%M%S')}")
-        run_cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=args.solver, out=out,
+        run_cfg = RunConfig(model=args.model, family=args.family, tasks=expand_tasks(args.task), solvers=args.solver, out=out,
                             block_size=args.block_size, max_new_tokens=args.max_new_tokens, seed=args.seed,
                             plugins=args.plugins, device=args.device, dtype=args.dtype, attn_implementation=args.attn,
                             command=args.command_line, repeats=args.repeats, warmup=args.warmup,
@@ -209,7 +209,7 @@ def cmd_tune(args) -> int:
                             exact=args.exact, max_block_forwards=args.max_block_forwards, trace=0)
         cfg = TuneConfig(run=run_cfg, max_loss=args.max_loss, delta=args.delta, calibration=args.calibration,
                          held_out=args.held_out, order_examples=args.order_examples, split_seed=args.split_seed)
-        check_model_folder(args.model)
+        check_model_folder(args.model, args.family)
         pick_device(args.device)
     try:
         folder = resume_tune(out, progress, args.command_line) if args.resume else tune(cfg, progress)

@@ -229,3 +229,23 @@ def test_list_shows_the_families(tmp_path):
     proc = sbd("list", "--models", cwd=tmp_path)
     assert proc.returncode == 0
     assert "nemotron_labs_diffusion" in proc.stdout and "sdar" in proc.stdout and "sbd-tiny" in proc.stdout
+
+
+def test_the_family_flag_names_the_family(tmp_path):
+    from tiny_models import build_block_diffusion_model
+
+    folder = build_block_diffusion_model(tmp_path / "renamed", "sdar")
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="qwen3", architectures=["Qwen3ForCausalLM"])
+    config.pop("auto_map")
+    (folder / "config.json").write_text(json.dumps(config))  # a fine-tune saved under the stock type
+    assert families.detect_family(folder).name == "sbd"
+    out = tmp_path / "run"
+    proc = sbd("run", "--model", folder, "--family", "sdar", "--solver", "fixed_k:k=2", "--task", "arith", "--limit",
+               "1", "--block-size", "4", "--max-new-tokens", "6", "--no-cost-curve", "--no-report", "--out", out,
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((out / "samples.jsonl").read_text().splitlines()[0])
+    assert record["vendor_nfe"] == record["nfe"] + 1  # decoded as SDAR: one store forward folded (6 tokens, 2 blocks)
+    proc = sbd("run", "--model", folder, "--family", "nemotron", "--out", tmp_path / "other", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "unknown model family 'nemotron'" in proc.stderr

@@ -19,7 +19,7 @@ from sbd_bench.core import families
 from sbd_bench.core.decoding import Decoder
 from sbd_bench.core.model import ModelError, load_model
 from sbd_bench.registry import parse_solver_spec, solver_registry
-from tiny_models import build_nld_model, build_tiny_model, reference_nld_model
+from tiny_models import build_nld_model, build_tiny_model, no_cache_block_logits, reference_nld_model
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = ["hello world, how are you?", "Say hi.", "what is 12 plus 30?"]
@@ -111,15 +111,7 @@ def _every_cached_forward_recorder(lm):
 
 
 def _no_cache_block_logits(model, committed: list[int], block: torch.Tensor, mask_id: int) -> torch.Tensor:
-    """One forward over committed + block, committed causal, block bidirectional over all of it."""
-    n, k = len(committed), block.shape[1]
-    ids = torch.cat([torch.tensor([committed]), block], dim=1)
-    allowed = torch.ones(n + k, n + k, dtype=torch.bool)
-    allowed[:n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
-    allowed[:n, n:] = False
-    mask = torch.zeros(n + k, n + k).masked_fill(~allowed, torch.finfo(torch.float32).min)[None, None]
-    with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=torch.arange(n + k)[None]).logits[:, n:]
+    logits = no_cache_block_logits(model, committed, block)
     logits[..., mask_id] = float("-inf")
     return logits
 

@@ -114,12 +114,12 @@ def cmd_run(args) -> int:
                              f"another run: give it a new --out folder)")
         out = Path(args.resume)
     else:
-        check_model_folder(args.model)  # the cheapest checks first: a typo in --model costs no work
+        check_model_folder(args.model, args.family)  # the cheapest checks first: a typo in --model costs no work
         pick_device(args.device)  # before anything loads (the model loader checks again)
         if distributed.launched() and not args.out:
             raise UsageError("under torchrun pass --out DIR: every rank must name the same run folder")
         out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
-        cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=expand_tuned(args.solver), out=out,
+        cfg = RunConfig(model=args.model, family=args.family, tasks=expand_tasks(args.task), solvers=expand_tuned(args.solver), out=out,
                         block_size=args.block_size, max_new_tokens=args.max_new_tokens, limit=args.limit,
                         max_block_forwards=args.max_block_forwards,
                         seed=args.seed, plugins=args.plugins, device=args.device, dtype=args.dtype,
@@ -198,7 +198,7 @@ def cmd_tune(args) -> int:
             raise UsageError("tune needs --solver: one sweep per solver joined by '+', e.g. "
                              "--solver \"entropy_bounded:gamma=0.01,0.1,0.35+confidence:tau=0.95,0.9\"")
         out = Path(args.out or f"runs/tune-{time.strftime('%Y%m%d-%H%M%S')}")
-        run_cfg = RunConfig(model=args.model, tasks=expand_tasks(args.task), solvers=args.solver, out=out,
+        run_cfg = RunConfig(model=args.model, family=args.family, tasks=expand_tasks(args.task), solvers=args.solver, out=out,
                             block_size=args.block_size, max_new_tokens=args.max_new_tokens, seed=args.seed,
                             plugins=args.plugins, device=args.device, dtype=args.dtype, attn_implementation=args.attn,
                             command=args.command_line, repeats=args.repeats, warmup=args.warmup,
@@ -209,7 +209,7 @@ def cmd_tune(args) -> int:
                             exact=args.exact, max_block_forwards=args.max_block_forwards, trace=0)
         cfg = TuneConfig(run=run_cfg, max_loss=args.max_loss, delta=args.delta, calibration=args.calibration,
                          held_out=args.held_out, order_examples=args.order_examples, split_seed=args.split_seed)
-        check_model_folder(args.model)
+        check_model_folder(args.model, args.family)
         pick_device(args.device)
     try:
         folder = resume_tune(out, progress, args.command_line) if args.resume else tune(cfg, progress)
@@ -259,39 +259,19 @@ def failure_lines(summary: dict) -> list[str]:
     return lines
 
 
-def _cell(value, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-# The columns of the stderr table after task and config: (header, width, the cell of a summary row).
-# ``accept`` is the acceptance rate of verified configurations (and of the generate baselines) and ``= NTP %``
-# the share of their examples whose output is NTP's ("-" for the others), beside tokens per forward as in the report;
-# ``speed_wall`` is decode time, a ratio of totals (analysis/metrics.py).
-TABLE_COLUMNS = [
-    ("n", 4, lambda r: str(r["n"])),
-    ("acc", 6, lambda r: _cell(r["accuracy"], ".3f")),
-    ("nfe", 8, lambda r: _cell(r["nfe"], ".1f")),
-    ("tok/fwd", 8, lambda r: _cell(r["tokens_per_forward"], ".2f")),
-    ("accept", 6, lambda r: _cell(r["acceptance_rate"], ".3f")),
-    ("= NTP %", 7, lambda r: _cell(_ntp_percent(r), ".1f")),
-    ("speed_nfe", 9, lambda r: _cell(r["speed_factor_nfe"], ".2f")),
-    ("speed_wall", 10, lambda r: _cell(r["speed_factor_wall"], ".2f")),
-]
-
-
 def _print_table(rows: list[dict], width: int | None = None) -> None:
     """The summary rows on stderr, one line each. Task and configuration names are never cut: their
     columns are as wide as the longest. Where the line must fit ``width`` (default: the terminal's
     when stderr is one; a log keeps its lines whole), a configuration name too long for the room left
     wraps at its commas onto the lines below it, in its column. With several samples per example, ``acc``
-    is pass@1 and pass@k follows it."""
+    is pass@1 and pass@k follows it. The columns, their short headers and formats are the ``run`` entries of
+    analysis/columns.py's table, the one that report.md and report.html read too: ``accept`` is the acceptance
+    rate of verified configurations (and of the generate baselines), ``= NTP %`` the share of their samples whose
+    output is NTP's ("-" for the others), ``speed_wall`` the decode-time factor, a ratio of totals."""
+    from .analysis.columns import run_columns
+
     task_width = max([4, *(len(r["task"]) for r in rows)])
-    columns = TABLE_COLUMNS
-    if any(r.get("pass_at_k") is not None for r in rows):  # --samples N > 1: acc is pass@1, pass@k beside it
-        ks = sorted({r["pass_k"] for r in rows if r.get("pass_k")})
-        header = f"pass@{ks[0]}" if len(ks) == 1 else "pass@k"
-        columns = [*TABLE_COLUMNS[:2], (header, max(7, len(header)), lambda r: _cell(r.get("pass_at_k"), ".3f")),
-                   *TABLE_COLUMNS[2:]]
+    columns = run_columns(rows)
     numbers = " ".join(f"{header:>{w}}" for header, w, _ in columns)
     config_width = max([6, *(len(r["config"]) for r in rows)])
     if width is None and sys.stderr.isatty():
@@ -305,14 +285,6 @@ def _print_table(rows: list[dict], width: int | None = None) -> None:
         print(f"{r['task']:<{task_width}} {first:<{config_width}} {cells}", file=sys.stderr)
         for piece in more:
             print(f"{'':<{task_width}} {piece}", file=sys.stderr)
-
-
-def _ntp_percent(row: dict) -> float | None:
-    """A verified row's (or a generate baseline's) share of examples whose output is NTP's, in percent;
-    None for the others."""
-    from .analysis.metrics import is_lossless
-
-    return 100 * row["ntp_match_rate"] if is_lossless(row) and row.get("ntp_match_rate") is not None else None
 
 
 def _wrap(name: str, width: int) -> list[str]:

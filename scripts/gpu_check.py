@@ -27,8 +27,9 @@ sections after the time budget are skipped (and say so).
 
 ``--checkpoint DIR`` (a local folder of a published checkpoint, e.g. Nemotron-Labs-Diffusion-8B; no GPU is
 needed with --tiny) decodes the first ``--limit`` GSM8K prompts of ``--gsm8k FILE`` (question, answer with
-'#### N') through the chat template at the block size the family was trained with, with ntp, verified
-decoding, EB, confidence and the family's own schedules (NLD: nld_dlm, nld_spec), and prints accuracy,
+'#### N') through the chat template at the block size the family was trained with, with EB, confidence,
+left-to-right, and where the family is a next-token model ntp, verified decoding and its own schedules
+(NLD: nld_dlm, nld_spec), and prints accuracy,
 tokens per forward (ours, and the vendor's count where a schedule has one) and decode tokens/s per
 configuration; its run folder (records, report, page) is kept beside the JSON.
 """
@@ -356,8 +357,10 @@ def checkpoint(folder: str, gsm8k: str, limit: int, tiny: bool, run_dir: Path) -
     family = detect_family(path)
     config = stock_config(family, read_config(path)) if family.config_class else None
     block = (trained_block_size(family, config) if config is not None else None) or 16
-    solvers = "+".join(filter(None, [f"fixed_k:k={block};verify=on", "entropy_bounded:gamma=0.1",
-                                     "confidence:tau=0.9", FAMILY_SCHEDULES.get(family.name)]))
+    # ntp and verified decoding where the family is a next-token model (run adds ntp; an aligned family drops it)
+    solvers = "+".join(filter(None, [f"fixed_k:k={block};verify=on" if family.next_token else None,
+                                     "entropy_bounded:gamma=0.1", "confidence:tau=0.9", "left_to_right:n=1",
+                                     FAMILY_SCHEDULES.get(family.name)]))
     command = [sys.executable, "-m", "sbd_bench", "run", "--model", folder, "--task", f"gsm8k:path={gsm8k}",
                "--limit", str(limit), "--solver", solvers, "--block-size", str(block), "--chat-template",
                "--no-cost-curve", "--trace", "1", "--out", str(run_dir),

@@ -8,20 +8,9 @@ import torch
 from sbd_bench.core.decoding import Decoder
 from sbd_bench.core.model import load_model
 from sbd_bench.registry import build_solver, solver_registry
+from tiny_models import no_cache_block_logits
 
 PROMPT = "12+34=46; 7*8="
-
-
-def _no_cache_block_logits(model, committed: list[int], block: torch.Tensor) -> torch.Tensor:
-    """Reference: one forward over committed + block, committed causal, block bidirectional."""
-    n, k = len(committed), block.shape[1]
-    ids = torch.cat([torch.tensor([committed]), block], dim=1)
-    allowed = torch.ones(n + k, n + k, dtype=torch.bool)
-    allowed[:n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
-    allowed[:n, n:] = False
-    mask = torch.zeros(n + k, n + k).masked_fill(~allowed, torch.finfo(torch.float32).min)[None, None]
-    with torch.no_grad():
-        return model(input_ids=ids, attention_mask=mask, position_ids=torch.arange(n + k)[None]).logits[:, n:]
 
 
 class RecordingDecoder(Decoder):
@@ -56,7 +45,7 @@ def test_every_cached_block_forward_equals_a_full_forward(tiny_models, family, s
     sequence = prompt + gen.output_ids
     kinds = set()
     for start, n_pending, block, logits in decoder.calls:
-        reference = _no_cache_block_logits(lm.model, sequence[:start], block)
+        reference = no_cache_block_logits(lm.model, sequence[:start], block)
         reference[..., lm.mask_token_id] = float("-inf")
         assert torch.allclose(logits, reference, atol=1e-4, rtol=0), (start, (logits - reference).abs().max())
         kinds.add("first block after prompt" if start == len(prompt) and n_pending else

@@ -19,7 +19,7 @@ from sbd_bench.core import families
 from sbd_bench.core.decoding import Decoder
 from sbd_bench.core.model import ModelError, load_model
 from sbd_bench.registry import parse_solver_spec, solver_registry
-from tiny_models import build_nld_model, build_tiny_model, reference_nld_model
+from tiny_models import build_nld_model, build_tiny_model, no_cache_block_logits, reference_nld_model
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = ["hello world, how are you?", "Say hi.", "what is 12 plus 30?"]
@@ -111,15 +111,7 @@ def _every_cached_forward_recorder(lm):
 
 
 def _no_cache_block_logits(model, committed: list[int], block: torch.Tensor, mask_id: int) -> torch.Tensor:
-    """One forward over committed + block, committed causal, block bidirectional over all of it."""
-    n, k = len(committed), block.shape[1]
-    ids = torch.cat([torch.tensor([committed]), block], dim=1)
-    allowed = torch.ones(n + k, n + k, dtype=torch.bool)
-    allowed[:n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
-    allowed[:n, n:] = False
-    mask = torch.zeros(n + k, n + k).masked_fill(~allowed, torch.finfo(torch.float32).min)[None, None]
-    with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=torch.arange(n + k)[None]).logits[:, n:]
+    logits = no_cache_block_logits(model, committed, block)
     logits[..., mask_id] = float("-inf")
     return logits
 
@@ -229,3 +221,23 @@ def test_list_shows_the_families(tmp_path):
     proc = sbd("list", "--models", cwd=tmp_path)
     assert proc.returncode == 0
     assert "nemotron_labs_diffusion" in proc.stdout and "sdar" in proc.stdout and "sbd-tiny" in proc.stdout
+
+
+def test_the_family_flag_names_the_family(tmp_path):
+    from tiny_models import build_block_diffusion_model
+
+    folder = build_block_diffusion_model(tmp_path / "renamed", "sdar")
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="qwen3", architectures=["Qwen3ForCausalLM"])
+    config.pop("auto_map")
+    (folder / "config.json").write_text(json.dumps(config))  # a fine-tune saved under the stock type
+    assert families.detect_family(folder).name == "sbd"
+    out = tmp_path / "run"
+    proc = sbd("run", "--model", folder, "--family", "sdar", "--solver", "fixed_k:k=2", "--task", "arith", "--limit",
+               "1", "--block-size", "4", "--max-new-tokens", "6", "--no-cost-curve", "--no-report", "--out", out,
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((out / "samples.jsonl").read_text().splitlines()[0])
+    assert record["vendor_nfe"] == record["nfe"] + 1  # decoded as SDAR: one store forward folded (6 tokens, 2 blocks)
+    proc = sbd("run", "--model", folder, "--family", "nemotron", "--out", tmp_path / "other", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "unknown model family 'nemotron'" in proc.stderr

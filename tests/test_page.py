@@ -63,8 +63,8 @@ def test_page_is_one_file_holding_the_rows(tmp_path):
     for shown, row in zip(data["rows"], rows):
         assert shown["values"] == {c["key"]: row.get(c["key"]) for c in data["columns"]}
         # the 95% intervals the plot's whiskers are drawn from
-        assert shown["bounds"] == {key: [row[lo], row[hi]] for key, _, _, (lo, hi), _ in
-                                   [c for c in page.columns_of(rows) if c[3]] if row.get(lo) is not None}
+        assert shown["bounds"] == {c.key: [row[c.interval[0]], row[c.interval[1]]] for c in page.columns_of(rows)
+                                   if c.interval and row.get(c.interval[0]) is not None}
     assert any(shown["bounds"] for shown in data["rows"])
     assert [c["name"] for c in data["configs"] if c["ntp"]] == ["ntp"]
     assert "Interactive: [report.html](report.html)" in (run / "report.md").read_text()
@@ -247,7 +247,7 @@ def test_every_row_shows_summary_json_figures(driver, baseline_page):
     summary = json.loads((ROOT / "results" / "baseline" / "summary.json").read_text())
     if "aup" not in summary["rows"][0]:  # a baseline summarised before AUP: the one definition adds its fields
         annotate(summary["rows"], load_run(ROOT / "results" / "baseline")[1])
-    columns = [(key, text) for key, _, text, _, _ in page.columns_of(summary["rows"])]
+    columns = [(c.key, c.value_text) for c in page.columns_of(summary["rows"])]
     assert {"aup", "aup_y_max"} <= {key for key, _ in columns}
     read = """return [...document.querySelectorAll('#board tbody tr')].map((tr) => [tr.dataset.config,
         Object.fromEntries([...tr.querySelectorAll('td[data-value]')].map((td) => [td.dataset.key,
@@ -262,7 +262,7 @@ def test_every_row_shows_summary_json_figures(driver, baseline_page):
             for key, text in columns:
                 value, written = shown[row["config"]][key]
                 assert (None if value == "" else json.loads(value)) == row.get(key), (task, row["config"], key)
-                assert written == text(row.get(key)), (task, row["config"], key)
+                assert written == text(row), (task, row["config"], key)
             seen += 1
     assert seen == len(summary["rows"]) >= 36  # every row of the committed baseline (56 and more)
     assert browser.console_errors(driver) == []
@@ -375,7 +375,7 @@ def test_hovering_a_point_names_its_configuration(driver, baseline_page):
         ActionChains(driver).move_to_element(point).perform()
         assert tooltip.is_displayed()
         text = tooltip.text
-        assert text.startswith(config) and "accuracy" in text and "speed NFE" in text
+        assert text.startswith(config) and "accuracy %" in text and "speed factor NFE" in text
         assert ("on the Pareto front" in text) == (config in fronts[speed]["arith"]), (speed, config, text)
         ActionChains(driver).move_by_offset(0, 200).perform()
         assert not tooltip.is_displayed()

@@ -5,6 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def no_cache_block_logits(model, committed: list[int], block):
+    """The reference of SBD's cache: one forward over committed + block (B=1, k), committed causal, the
+    block bidirectional over all of it; the block's logits (1, k, V)."""
+    import torch
+
+    n, k = len(committed), block.shape[1]
+    ids = torch.cat([torch.tensor([committed]), block], dim=1)
+    allowed = torch.ones(n + k, n + k, dtype=torch.bool)
+    allowed[:n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
+    allowed[:n, n:] = False
+    mask = torch.zeros(n + k, n + k).masked_fill(~allowed, torch.finfo(torch.float32).min)[None, None]
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask, position_ids=torch.arange(n + k)[None]).logits[:, n:]
+
+
 def build_tiny_model(folder: Path, family: str = "llama", seed: int = 0, max_positions: int = 256,
                      hidden: int = 32, layers: int = 2, alphabet: str | None = None, with_mask: bool = True,
                      sharpen: bool | float = False) -> Path:

@@ -5,9 +5,9 @@
 The page opens from disk with no network: the run's figures are embedded as one JSON document, and
 the page's script and style (``page_assets/report.js``, ``report.css``, hand-written, no library) are
 inlined when it is written. What it shows: the cross-task summary (report.md's main table, a one-line
-``headline``), then per task the leaderboard (every summary figure, sortable, 95% intervals, the same
-strings as report.md), accuracy against the NFE or wall-clock speed factor with the intervals as
-whiskers and the Pareto front (``formats.pareto_front``), and the examples: prompt, every sample's
+``headline``), then per task the leaderboard (every figure of ``columns.COLUMNS``, by report.md's names
+and in its strings, sortable, 95% intervals), accuracy against the NFE or wall-clock speed factor with the
+intervals as whiskers and the Pareto front (``formats.pareto_front``), and the examples: prompt, every sample's
 output beside NTP's with the differences marked, the verdicts, and where a trace exists
 (``traces.jsonl``, ``traces.py``) the decoding played forward by forward. ``compare --html`` builds the
 same document from two runs (``compare.compare_page_data``).
@@ -26,7 +26,8 @@ from pathlib import Path
 from .metrics import BASELINE_SOLVER, is_verified, ntp_mismatch_warning, sampling_of
 from .records import write_text_atomic
 from ..types import SAMPLING_KEYS
-from .formats import LENGTH_FOOTNOTE, _num, _pct, _x, length_mark, pareto_front, sampled_rows
+from .columns import Column, shown
+from .formats import LENGTH_FOOTNOTE, _pct, _x, length_mark, pareto_front, sampled_rows
 from .traces import trace_key, trace_problems
 
 PAGE = "report.html"
@@ -39,40 +40,10 @@ PROVENANCE = ("command", "model_path", "model_hash", "git_commit", "git_dirty", 
               "attn_implementation", "threads", "torch", "transformers", "started")
 
 
-def _mib(value) -> str:
-    return "-" if not value else f"{value / 2**20:.0f}"
-
-
-# (key in a summary row, header, cell text, interval keys or None, what the header's tooltip says)
-COLUMNS = [
-    ("n", "n", str, None, "samples without error"),
-    ("errors", "errors", str, None, "samples whose decoding raised"),
-    ("accuracy", "accuracy %", _pct, ("accuracy_lo", "accuracy_hi"),
-     "share of correct samples (pass@1 with several samples per example), 95% interval"),
-    ("pass_at_k", "pass@k %", _pct, ("pass_at_k_lo", "pass_at_k_hi"), "unbiased pass@k (Chen et al. 2021)"),
-    ("ntp_match_rate", "= NTP output %", _pct, None, "share of samples whose output ids equal NTP's"),
-    ("speed_factor_nfe", "speed NFE", _x, ("speed_factor_nfe_lo", "speed_factor_nfe_hi"),
-     "mean over examples of NTP's forwards over this configuration's, 95% interval"),
-    ("speed_factor_wall", "speed wall, decode", _x, ("speed_factor_wall_lo", "speed_factor_wall_hi"),
-     "NTP's total decode time over this configuration's, 95% interval"),
-    ("speed_factor_e2e", "speed end-to-end", _x, ("speed_factor_e2e_lo", "speed_factor_e2e_hi"),
-     "the same with prefill included"),
-    ("tokens_per_forward", "tokens/forward", lambda v: _num(v, 2), None, "total tokens over total forwards"),
-    ("aup", "AUP (family)", lambda v: _num(v, 1), ("aup_lo", "aup_hi"),
-     "d3LLM's AUP of this configuration's solver family on the task (docs/measurement.md), 95% interval"),
-    ("aup_y_max", "AUP y_max", lambda v: _num(v, 1), None, "the best accuracy % on the task: the AUP's y_max"),
-    ("nfe", "nfe", lambda v: _num(v, 1), None, "mean forwards per sample"),
-    ("tokens", "tokens", lambda v: _num(v, 1), None, "mean output tokens per sample"),
-    ("tokens_vs_ntp", "tokens vs NTP", _x, None, "mean output length over NTP's on the same examples"),
-    ("acceptance_rate", "acceptance %", _pct, None, "verified: share of drafted tokens NTP confirmed"),
-    ("forwards_per_block", "forwards/block", lambda v: _num(v, 2), None, "mean forwards per block"),
-    ("peak_memory_bytes", "peak memory MiB", _mib, None, "the largest peak over the samples"),
-]
-
-
-def columns_of(rows: list[dict]) -> list[tuple]:
-    """The leaderboard's columns: pass@k only where some configuration has several samples per example."""
-    return [c for c in COLUMNS if c[0] != "pass_at_k" or sampled_rows(rows)]
+def columns_of(rows: list[dict]) -> list[Column]:
+    """The leaderboard's columns, every one of columns.COLUMNS: pass@k only where some configuration has several
+    samples per example."""
+    return shown(sampled_rows(rows))
 
 
 def _config(row: dict, names: list[str], rows: list[dict]) -> dict:
@@ -85,15 +56,15 @@ def _config(row: dict, names: list[str], rows: list[dict]) -> dict:
             "base": names.index(base) if base in names else None}
 
 
-def _row(row: dict, tasks: list[str], names: list[str], columns: list[tuple]) -> dict:
+def _row(row: dict, tasks: list[str], names: list[str], columns: list[Column]) -> dict:
     """One leaderboard row: per column its value and text, and where the column has a 95% interval its
     bounds (``bounds[key] = [lo, hi]``, what the plot's whiskers are drawn from) and their text."""
     values, texts, intervals, bounds = {}, {}, {}, {}
-    for key, _, text, interval, _ in columns:
-        values[key], texts[key] = row.get(key), text(row.get(key))
-        if interval and row.get(interval[0]) is not None and row.get(interval[1]) is not None:
-            bounds[key] = [row[interval[0]], row[interval[1]]]
-            intervals[key] = f"[{text(row[interval[0]])}, {text(row[interval[1]])}]"
+    for c in columns:
+        values[c.key], texts[c.key] = row.get(c.key), c.value_text(row)
+        if c.interval_text(row):
+            bounds[c.key] = [row[c.interval[0]], row[c.interval[1]]]
+            intervals[c.key] = c.interval_text(row)
     return {"task": tasks.index(row["task"]), "config": names.index(row["config"]), "values": values, "texts": texts,
             "intervals": intervals, "bounds": bounds, "length_differs": bool(row.get("tokens_differ_from_ntp"))}
 
@@ -219,6 +190,7 @@ def page_data(run_name: str, summary: dict, records: list[dict], rows: list[dict
     first = {}
     for r in rows:
         first.setdefault(r["config"], r)
+    sampled = sampled_rows(rows)
     columns = columns_of(rows)
     shown_traces, pieces = _traces(traces, records, names)
     examples, omitted = _examples(records, tasks, names, {(t["task"], t["id"]) for t in shown_traces})
@@ -231,7 +203,7 @@ def page_data(run_name: str, summary: dict, records: list[dict], rows: list[dict
         "length_note": LENGTH_FOOTNOTE,
         "tasks": tasks,
         "configs": [_config(first[name], names, rows) for name in names],
-        "columns": [{"key": key, "label": label, "title": title} for key, label, _, _, title in columns],
+        "columns": [{"key": c.key, "label": c.name(sampled), "title": c.title, "marked": c.marked} for c in columns],
         "rows": [_row(r, tasks, names, columns) for r in rows],
         "fronts": _fronts(rows, tasks),
         "matrix": _matrix(rows, tasks, names), "headline": headline(rows, tasks), "links": list(links),

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..types import SUMMARY_ROW_FIELDS
+from .columns import ACCURACY, PROFILE, WALL, report_columns, report_header
 from .formats import (LENGTH_FOOTNOTE, LENGTH_MARK, _interval, _num, _pct, _x, dominates, length_mark, pareto_front,
                       sampled_rows)  # dominates: report.dominates, as before the formats moved out (tests use it)
 from .metrics import (BASELINE_SOLVER, is_generate_baseline, is_verified, ntp_mismatch_warning, scorer_changes,
@@ -85,9 +86,9 @@ def main_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     return ["config", *tasks], body
 
 
-# A detail table is a list of columns: (header, cell of one summary row). Another figure is one more
-# entry in one of these lists.
-Column = tuple[str, Callable[[dict], str]]
+# A detail table is a list of (header, cell of one summary row), built from columns.COLUMNS: a new figure
+# is one entry there, not here.
+TableColumn = tuple[str, Callable[[dict], str]]
 
 
 def family_table(rows: list[dict], yardsticks: dict) -> tuple[list[str], list[list[str]]]:
@@ -131,54 +132,24 @@ def family_lines(rows: list[dict], yardsticks: dict) -> list[str]:
     return text + ["", markdown(*family_table(rows, yardsticks)), ""]
 
 
-def pass_at_k_cell(r: dict) -> str:
-    if r.get("pass_at_k") is None:
-        return "-"
-    return f"pass@{r['pass_k']}: {_pct(r['pass_at_k'])}" + _interval(r["pass_at_k_lo"], r["pass_at_k_hi"], _pct)
+def accuracy_speed_columns(sampled: bool = False) -> list[TableColumn]:
+    return [(report_header(c, sampled), c.cell) for c in report_columns(ACCURACY, sampled)]
 
 
-def accuracy_speed_columns(sampled: bool = False) -> list[Column]:
-    accuracy = "accuracy = pass@1 % [95% CI]" if sampled else "accuracy % [95% CI]"
-    return [
-        ("n", lambda r: str(r["n"])),
-        ("errors", lambda r: str(r["errors"])),
-        (accuracy, lambda r: _pct(r["accuracy"]) + _interval(r["accuracy_lo"], r["accuracy_hi"], _pct)),
-        *([("pass@k % [95% CI]", pass_at_k_cell)] if sampled else []),
-        ("= NTP output %", lambda r: _pct(r.get("ntp_match_rate"))),
-        ("speed factor NFE [95% CI]", lambda r: _x(r["speed_factor_nfe"]) + length_mark(r)
-         + _interval(r["speed_factor_nfe_lo"], r["speed_factor_nfe_hi"], _x)),
-        ("speed factor wall, decode [95% CI]",
-         lambda r: _x(r["speed_factor_wall"]) + _interval(r["speed_factor_wall_lo"], r["speed_factor_wall_hi"], _x)),
-        ("speed factor end-to-end [95% CI]", lambda r: _x(r.get("speed_factor_e2e"))
-         + _interval(r.get("speed_factor_e2e_lo"), r.get("speed_factor_e2e_hi"), _x)),
-    ]
-
-
-def prediction_table_columns(predictions: dict[str, dict]) -> list[Column]:
+def prediction_table_columns(predictions: dict[str, dict]) -> list[TableColumn]:
     def predicted(name):
         return lambda r: _x(predictions[name].get((r["config"], r["task"])))
 
-    return [("speed factor wall, decode (measured)", lambda r: _x(r["speed_factor_wall"]))] + [
+    return [(f"{WALL.header} (measured)", lambda r: WALL.text(r.get(WALL.key)))] + [
         (PREDICTION_LABELS.get(name, name.replace("pred_", "predicted ").replace("_", " ")), predicted(name))
         for name in predictions]
 
 
-def profile_columns() -> list[Column]:
-    def memory(r):
-        return "-" if not r.get("peak_memory_bytes") else f"{r['peak_memory_bytes'] / 2**20:.0f}"
-
-    return [
-        ("tokens (mean)", lambda r: _num(r["tokens"], 1)),
-        ("tokens vs NTP", lambda r: _x(r.get("tokens_vs_ntp")) + length_mark(r)),
-        ("nfe (mean)", lambda r: _num(r["nfe"], 1)),
-        ("tokens/forward", lambda r: _num(r["tokens_per_forward"], 2)),
-        ("acceptance %", lambda r: _pct(r.get("acceptance_rate"))),
-        ("forwards/block", lambda r: _num(r["forwards_per_block"], 2)),
-        ("peak memory MiB", memory),
-    ]
+def profile_columns(sampled: bool = False) -> list[TableColumn]:
+    return [(report_header(c, sampled), c.cell) for c in report_columns(PROFILE, sampled)]
 
 
-def column_table(rows: list[dict], columns: list[Column]) -> tuple[list[str], list[list[str]]]:
+def column_table(rows: list[dict], columns: list[TableColumn]) -> tuple[list[str], list[list[str]]]:
     """One line per (task, configuration), in the report's order, with the given columns."""
     return (["task", "config", *(name for name, _ in columns)],
             [[r["task"], r["config"], *(cell(r) for _, cell in columns)] for r in ordered(rows)])
@@ -442,7 +413,7 @@ def plot_distribution(records: list[dict], rows: list[dict], field: str, title: 
 
 
 # ------------------------------------------------------------------------------------------ report
-def _table_section(title: str, intro: str, rows: list[dict], columns: list[Column]) -> list[str]:
+def _table_section(title: str, intro: str, rows: list[dict], columns: list[TableColumn]) -> list[str]:
     header, body = column_table(rows, columns)
     marked = any(LENGTH_MARK in cell for line in body for cell in line)
     return [f"### {title}", "", intro, "", markdown(header, body), ""] + ([LENGTH_FOOTNOTE, ""] if marked else [])
@@ -466,7 +437,7 @@ def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dic
     text += family_lines(rows, yardsticks or {})
     text += ["## Details", ""]
     text += _table_section(
-        "Accuracy and speed factors", "95% intervals: Wilson for accuracy, seeded percentile bootstrap over examples "
+        ACCURACY, "95% intervals: Wilson for accuracy, seeded percentile bootstrap over examples "
         "for speed factors (and for accuracy and pass@k with several samples per example). NFE: the mean over "
         "examples of NTP's forwards over the configuration's. Wall, decode: NTP's total decode time over the "
         "configuration's, on the same examples (prefill is timed apart and left out). End-to-end: the same ratio of "
@@ -486,10 +457,10 @@ def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dic
             "for other hardware and model sizes (see `python -m sbd_bench roofline`).",
             rows, prediction_table_columns(predictions))
     text += _table_section(
-        "Decoding profile", "Means per sample. 'tokens vs NTP' is the mean output length over NTP's on the same "
+        PROFILE, "Means per sample. 'tokens vs NTP' is the mean output length over NTP's on the same "
         "examples. Acceptance: verified configurations (`verify=on`) only, the share of drafted tokens NTP's argmax "
         "confirmed.",
-        rows, profile_columns())
+        rows, profile_columns(sampled))
     text += scorer_lines(scorers or [], rows)
     text += cost_curve_lines(summary) + [""]
     failures = summary.get("failures") or []

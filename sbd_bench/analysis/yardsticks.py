@@ -133,6 +133,8 @@ def _bootstrap(task: str, curves: dict[str, list[dict]], records: list[dict], y_
     from .metrics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, collapse_repeats, example_key
 
     configs = sorted({r["config"] for curve in curves.values() for r in curve})
+    if not configs:  # no family has a point of its own on this task (an NTP-only run, every sample failed)
+        return {}
     samples = [r for r in collapse_repeats(r for r in records if r["task"] == task) if not r.get("error")]
     examples = sorted({example_key(r) for r in samples})
     if len(examples) < 2:

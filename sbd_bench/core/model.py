@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 
 from ..types import UsageError
-from .families import DEFAULT_FAMILY, FAMILIES, Family, check_supported, detect_family, read_config, stock_config, \
-    trained_block_size
+from .families import DEFAULT_FAMILY, FAMILIES, Family, check_supported, detect_family, family_by_name, read_config, \
+    stock_config, trained_block_size
 
 MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 DEFAULT_MODEL = "sbd-tiny"
@@ -66,14 +66,15 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> Path:
     )
 
 
-def check_model_folder(name_or_path: str | os.PathLike) -> tuple[Path, dict, Family]:
-    """The folder, its config.json fields and its family, refusing in one line before anything loads
-    a folder that is not a model or whose family is not decoded here (the cheapest checks of a run)."""
+def check_model_folder(name_or_path: str | os.PathLike, family_name: str | None = None) -> tuple[Path, dict, Family]:
+    """The folder, its config.json fields and its family (``family_name``, else the folder's own),
+    refusing in one line before anything loads a folder that is not a model or whose family is not
+    decoded here (the cheapest checks of a run)."""
     path = resolve_model_path(name_or_path)
     if not (path / "config.json").exists():
         raise ModelError(f"{path} has no config.json: it is not a Hugging Face model folder")
     config_fields = read_config(path)
-    family = detect_family(path, config_fields)
+    family = family_by_name(family_name) if family_name else detect_family(path, config_fields)
     check_supported(family, path)
     return path, config_fields, family
 
@@ -234,6 +235,7 @@ def load_model(
     require_mask_token: bool = True,
     device_map: str | dict | None = None,
     exact: bool = False,
+    family: str | None = None,
 ) -> LoadedModel:
     """``device_map`` ("auto", "balanced", or a dict): spread a model too large for one device over
     every visible GPU (then CPU) with accelerate, instead of moving it whole to ``device``. ``exact``:
@@ -244,7 +246,8 @@ def load_model(
 
     hf_logging.disable_progress_bar()  # our own progress line is the only one on stderr
 
-    path, config_fields, family = check_model_folder(name_or_path)  # before anything loads: a refusal costs nothing
+    # before anything loads: a refusal costs nothing; ``family``: a family name, else the folder's own
+    path, config_fields, family = check_model_folder(name_or_path, family)
     dev = pick_device(device)
     if dtype == "auto":
         torch_dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32

@@ -401,7 +401,8 @@ def applicable_solvers(lm: LoadedModel, solvers: list[Solver], spec: str, progre
 
 
 def _run_locked(cfg, solvers, tasks, out: Path, summary: dict | None, kept: list[dict], progress) -> Path:
-    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, attn_implementation=cfg.attn_implementation,
+    lm = load_model(cfg.model, family=cfg.family, device=cfg.device, dtype=cfg.dtype,
+                    attn_implementation=cfg.attn_implementation,
                     device_map=cfg.device_map, exact=cfg.exact)
     threads, threads_chosen = choose_threads(cfg.threads, lm)
     torch.set_num_threads(threads)

@@ -222,7 +222,8 @@ def add_cli(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="lm-eval's seeds (few-shot draws) and ours")
     p.add_argument("--plugins", action="append", default=[], metavar="DIR", help="folder of solver .py files")
     p.add_argument("--device", default="auto", help="auto|cpu|cuda[:N]")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="auto: bfloat16 on CUDA, float32 on CPU")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (as for run)")
     p.add_argument("--exact", action="store_true", help="as for run")
     p.add_argument("--out", default=None, help="run folder (default: runs/lm-eval-DATE-TIME)")

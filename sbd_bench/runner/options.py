@@ -10,6 +10,9 @@ DTYPES = ["auto", "float32", "bfloat16", "float16"]
 def add_decode_options(parser: argparse.ArgumentParser) -> None:
     """The model, how it runs, and what every decode shares (block size, budget, seed, sampling, plugins)."""
     parser.add_argument("--model", default="sbd-tiny", help="shipped model name or local HF folder")
+    parser.add_argument("--family", default=None, metavar="NAME",
+                        help="the model folder's family (sbd, nemotron_labs_diffusion, sdar, fast_dllm_v2; list "
+                             "--models); default: read from its config.json or sbd_family.json")
     parser.add_argument("--block-size", type=int, default=16, help="k, the positions decoded together in a block")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: each task's own budget")
     parser.add_argument("--max-block-forwards", type=int, default=None, metavar="N",

@@ -28,6 +28,7 @@ from typing import NamedTuple
 import torch
 
 from ..core.decoding import BrokenModelError, Decoder, SolverContractError, check_max_block_forwards
+from ..core.families import family_by_name
 from ..core.model import LoadedModel
 from ..types import Example, Sampling, SamplingError, Solver, Task, UsageError, sampling_problem
 from .memory import MemoryMonitor
@@ -36,6 +37,7 @@ from .memory import MemoryMonitor
 @dataclass
 class RunConfig:
     model: str = "sbd-tiny"
+    family: str | None = None  # the model's family (core/families.py); None: detected from its folder
     tasks: list[str] = field(default_factory=lambda: ["suite"])
     solvers: str = "all"
     out: Path = Path("runs/latest")
@@ -72,6 +74,8 @@ class RunConfig:
     example_ids: dict[str, list[str]] | None = None  # task name -> the ids to decode (tune's splits); None: all
 
     def __post_init__(self):
+        if self.family is not None:
+            family_by_name(self.family)  # a typo is refused before anything loads
         if not 0 <= self.seed < 2 ** 64:  # torch's seed range (it raises an overflow error past it)
             raise UsageError(f"--seed must be between 0 and 2**64 - 1 = {2 ** 64 - 1} (got {self.seed})")
         if self.block_size < 1:

@@ -148,7 +148,7 @@ def cmd_throughput(args) -> int:
                          f"larger than the {count} examples decoded at each size ({held}): a batch cannot hold more "
                          f"examples than there are; give sizes up to {count}"
                          + (f", or raise --limit to {too_large[-1]}" if available >= too_large[-1] else ""))
-    lm = load_model(args.model, device=args.device, dtype=args.dtype, exact=args.exact)
+    lm = load_model(args.model, device=args.device, dtype=args.dtype, exact=args.exact, family=args.family)
     threads, threads_chosen = choose_threads(args.threads, lm)
     torch.set_num_threads(threads)
     prompts = [task.encode(e, lm.tokenizer) for e in task.examples("test")[: args.limit]]

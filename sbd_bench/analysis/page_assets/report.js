@@ -210,7 +210,7 @@
         el("td", { "data-key": "config" }, swatch(row.config), config.name, ...badges(config)));
       for (const c of data.columns) {
         const value = row.values[c.key];
-        const mark = row.length_differs && (c.key === "speed_factor_nfe" || c.key === "tokens_vs_ntp");
+        const mark = row.length_differs && c.marked;
         marked = marked || mark;
         tr.append(el("td", { "data-key": c.key, "data-value": value === null ? "" : String(value) },
           el("span", { class: "value", text: row.texts[c.key] }),
@@ -311,10 +311,10 @@
     area.append(legend);
   }
   function tooltipLines(r) {
-    const t = r.texts, ci = (k) => (r.intervals[k] ? " " + r.intervals[k] : "");
-    return [["accuracy", t.accuracy + " %" + ci("accuracy")], ["speed NFE", t.speed_factor_nfe + ci("speed_factor_nfe")],
-      ["speed wall", t.speed_factor_wall + ci("speed_factor_wall")], ["tokens/forward", t.tokens_per_forward],
-      ["nfe (mean)", t.nfe], ["n", t.n]];
+    // the leaderboard's names and texts (columns.COLUMNS) of the figures the plot is about
+    const label = Object.fromEntries(data.columns.map((c) => [c.key, c.label]));
+    return ["accuracy", "speed_factor_nfe", "speed_factor_wall", "tokens_per_forward", "nfe", "n"].map((k) =>
+      [label[k], r.texts[k] + (r.intervals[k] ? " " + r.intervals[k] : "")]);
   }
   function showTooltip(event, r, points, X, Y) {
     const tip = document.getElementById("tooltip");

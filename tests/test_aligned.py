@@ -201,20 +201,26 @@ def test_run_decodes_the_folder_with_every_solver_it_can(folders, models, name, 
     (["--solver", "fixed_k", "--block-size", "8"], "trained with blocks of 4"),
     (["--solver", "fixed_k", "--temperature", "0.7"], "sampling is not decoded"),
 ])
-def test_what_sdar_cannot_decode_is_refused_in_one_line(folders, tmp_path, args, message):
+def test_what_sdar_cannot_decode_is_refused_in_one_line(folders, tmp_path, capsys, args, message):
+    """In this process (the real-process battery is tests/test_bad_inputs.py's): exit 2, one error line."""
+    from sbd_bench.cli import main
+
     block = [] if "--block-size" in args else ["--block-size", "4"]
-    proc = sbd("run", "--model", folders["sdar"], "--task", "arith", "--limit", "1", *block, *args,
-               "--out", tmp_path / "out", cwd=tmp_path)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if not line.startswith("note:")]
-    assert len(lines) == 1 and message in lines[0], proc.stderr
+    status = main(["run", "--model", str(folders["sdar"]), "--task", "arith", "--limit", "1", *block, *args,
+                   "--out", str(tmp_path / "out")])
+    lines = [line for line in capsys.readouterr().err.splitlines() if not line.startswith(("note:", "models/"))]
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert status == 2 and len(errors) == 1 and message in errors[0], lines
     assert not (tmp_path / "out").exists()
 
 
-def test_wino_on_shifted_logits_is_refused(folders, tmp_path):
+def test_wino_on_shifted_logits_is_refused_by_a_real_process(folders, tmp_path):
     proc = sbd("run", "--model", folders["fast_dllm_v2"], "--task", "arith", "--limit", "1", "--block-size", "16",
                "--solver", "wino", "--out", tmp_path / "out", cwd=tmp_path)
-    assert proc.returncode == 2 and "shifted logits" in proc.stderr.splitlines()[-1]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if not line.startswith("note:")]
+    assert len(lines) == 1 and "shifted logits" in lines[0], proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_families_table_names_both():

@@ -29,9 +29,10 @@ class EntropyBounded(Solver):
 
     def select(self, view: BlockView):
         masked, entropy = view.masked, view.entropy  # (B, k) each
-        error = {"entropy": entropy, "confidence": -view.confidence, "margin": -view.margin}[self.proxy]
-        order = error.masked_fill(~masked, float("inf")).argsort(dim=-1, stable=True)  # masked first
-        h_sorted = entropy.masked_fill(~masked, 0.0).gather(-1, order)
+        error = entropy if self.proxy == "entropy" else -view.confidence if self.proxy == "confidence" else -view.margin
+        unmasked = ~masked
+        order = error.masked_fill(unmasked, float("inf")).argsort(dim=-1, stable=True)  # masked first
+        h_sorted = entropy.masked_fill(unmasked, 0.0).gather(-1, order)
         # sum - max is non-decreasing along the order, so counting the prefix that holds is enough
         bound = h_sorted.cumsum(-1) - h_sorted.cummax(-1).values
         n = (bound <= self.gamma).sum(-1)

@@ -126,7 +126,8 @@ class Decoder:
             kept = {"logits_to_keep": keep} if self._keeps_logits else {}
             logits = self.lm.model(input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache.hf,
                                    use_cache=True, **kept).logits
-            logits = (logits if kept or not keep else logits[:, -keep:]).float()
+            logits = logits if kept or not keep else logits[:, -keep:]
+            logits = logits if logits.dtype == torch.float32 else logits.float()
         cache.advance(ids.shape[1])
         if self.lm.mask_token_id >= 0:  # the mask token is never emitted
             logits.index_fill_(-1, self._mask_index, float("-inf"))
@@ -182,7 +183,10 @@ class Decoder:
                log: ForwardLog | None = None) -> torch.Tensor:
         """The forward of ``block_step``, returning the logits of its last ``keep`` queries."""
         n, k = pending.shape[1], block.shape[1]
-        ids = torch.cat([pending, block] + ([torch.full_like(block, self.lm.mask_token_id)] if shadow else []), dim=1)
+        if n or shadow:
+            ids = torch.cat([pending, block] + ([torch.full_like(block, self.lm.mask_token_id)] if shadow else []), dim=1)
+        else:  # the block alone (the model only reads it)
+            ids = block
         if isinstance(start, int):  # every row alike (batch 1): the positions are real ones
             positions = torch.arange(start - n, start + k, device=block.device)[None].expand(ids.shape[0], -1)
         else:  # (B, n + k): idle slots of a batched row can pass the end, hidden filler slots fall before 0

@@ -19,6 +19,7 @@ by eager attention (STACK.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
@@ -39,7 +40,11 @@ class Pattern:
         return self.n_causal + self.n_block * (2 if self.shadow else 1)
 
     def mask(self, past: int, dtype: torch.dtype, device) -> torch.Tensor:
-        """The additive mask over ``past`` cached columns and the Q new ones (reference cache)."""
+        """The additive mask over ``past`` cached columns and the Q new ones (reference cache). Without key
+        padding (always at batch 1) it depends on the sizes only, so one is built per shape and shared: a
+        block's forwards after its first have one shape (never written to: attention only reads it)."""
+        if self.key_pad is None:
+            return _shared_mask(past, self.n_causal, self.n_block, dtype, torch.device(device), self.shadow)
         return attention_mask(past, self.n_causal, self.n_block, dtype, device, self.key_pad, self.shadow)
 
     def kinds(self, device) -> torch.Tensor:
@@ -78,6 +83,12 @@ def attention_mask(past: int, n_causal: int, n_block: int, dtype: torch.dtype, d
     mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[:, None]
+
+
+@lru_cache(maxsize=8)
+def _shared_mask(past: int, n_causal: int, n_block: int, dtype: torch.dtype, device: torch.device,
+                 shadow: bool) -> torch.Tensor:
+    return attention_mask(past, n_causal, n_block, dtype, device, None, shadow)
 
 
 def static_mask(past: int | torch.Tensor, capacity: int, kinds: torch.Tensor, hidden: torch.Tensor | None,

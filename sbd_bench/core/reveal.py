@@ -30,9 +30,10 @@ def open_blocks(decoder, call: DecodeCall, starts: list[int], first: int = -1) -
         r.fixed, r.remasked, r.forced, r.block_start = int(first >= 0 and r.size > 0), 0, 0, len(r.out)
     block = torch.full((len(rows), max(r.size for r in rows)), decoder.lm.mask_token_id, dtype=torch.long,
                        device=decoder.lm.device)
-    # (B,) slots before the budget (verified: counted as if no draft were accepted, so never too few), and
-    # whether slot 0 is the core's (a stop there ends the row at once): ``open_slots``
-    call.scope = (torch.tensor([r.budget - len(r.out) for r in rows], device=block.device), first >= 0)
+    # (B, w) the slots before the budget (verified: counted as if no draft were accepted, so never too few),
+    # and whether slot 0 is the core's (a stop there ends the row at once): ``open_slots``, every forward
+    limits = torch.tensor([r.budget - len(r.out) for r in rows], device=block.device)
+    call.scope = (torch.arange(block.shape[1], device=block.device) < limits[:, None], first >= 0)
     if call.solver.keeps_history:
         call.memory = BlockMemory.open(block, core_first=first >= 0)
     return block
@@ -44,9 +45,8 @@ def open_slots(decoder, call: DecodeCall, block: torch.Tensor) -> torch.Tensor:
     block'). A block ends once every slot before its stop is revealed, so no forward goes to slots the
     cut drops. A slot is masked while it holds the mask token (never emitted): no copy to the device,
     which would wait for the forward before the solver's work is queued."""
-    limits, first_is_core = call.scope
-    slot = torch.arange(block.shape[1], device=block.device)
-    masked = (block == decoder.lm.mask_token_id) & (slot < limits[:, None])
+    in_budget, first_is_core = call.scope
+    masked = (block == decoder.lm.mask_token_id) & in_budget
     if decoder.stop_ids.numel():
         stops = torch.isin(block, decoder.stop_ids)
         if first_is_core and block.shape[1]:  # verified: NTP's token at slot 0 stops the row at this forward

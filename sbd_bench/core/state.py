@@ -88,7 +88,7 @@ class DecodeCall:
     forwards: ForwardLog = field(default_factory=ForwardLog)
     memory: object = None  # history.BlockMemory of the blocks under way, when the solver keeps history
     draft_probs: torch.Tensor | None = None  # verified sampling: (B, w, V) what each draft was drawn from
-    scope: tuple[torch.Tensor, bool] | None = None  # (B,) slots before the budget, whether slot 0 is the core's
+    scope: tuple[torch.Tensor, bool] | None = None  # (B, w) slots before the budget, whether slot 0 is the core's
 
     @property
     def sampling(self):
@@ -99,7 +99,7 @@ def to_host(*tensors: torch.Tensor) -> list[list[list]]:
     """(B, w) tensors (the carried tokens' NTP argmax, the block, the solver's choice, the forward's
     finite flag) as lists of rows, bool tensors as bools, in one device-to-host copy: the only
     synchronisation of a forward; the bookkeeping after it runs on the host."""
-    rows, parts, at = torch.cat([t.long() for t in tensors], dim=-1).tolist(), [], 0
+    rows, parts, at = torch.cat(tensors, dim=-1).long().tolist(), [], 0  # cat promotes bool to long
     for t in tensors:
         part = [row[at : at + t.shape[-1]] for row in rows]
         parts.append([[bool(v) for v in row] for row in part] if t.dtype == torch.bool else part)

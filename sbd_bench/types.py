@@ -424,6 +424,9 @@ def reveal_top(score: torch.Tensor, masked: torch.Tensor, n: torch.Tensor | int)
     """
     import torch
 
+    if isinstance(n, int) and n <= 1:  # the top one: argmax keeps the first of ties, as the stable sort does
+        best = score.masked_fill(~masked, float("-inf")).argmax(dim=-1, keepdim=True)  # (B, 1)
+        return torch.zeros_like(masked).scatter(-1, best, True) & masked  # a row with nothing masked: nothing
     n_masked = masked.sum(-1)  # (B,)
     n = torch.as_tensor(n, device=masked.device).expand_as(n_masked)
     n = torch.minimum(n.clamp_min(1), n_masked)

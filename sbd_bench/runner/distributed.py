@@ -118,6 +118,9 @@ def run_data_parallel(cfg, progress=None) -> Path | None:
             if outcome[0] is not None:  # printed before the others learn of it and exit, which
                 print(f"error: {outcome[0]}", file=sys.stderr, flush=True)  # makes torchrun stop rank 0
         dist.broadcast_object_list(outcome, src=0)
+        # every rank past the broadcast before any tears its connections down: gloo aborts a process (SIGABRT,
+        # "connection closed by peer") whose peer closes while it is still reading the last message
+        dist.barrier()
     finally:
         dist.destroy_process_group()
     if outcome[0] is not None:

@@ -225,3 +225,17 @@ def test_wino_on_shifted_logits_is_refused_by_a_real_process(folders, tmp_path):
 
 def test_families_table_names_both():
     assert families.FAMILIES["sdar"].aligned and families.FAMILIES["fast_dllm_v2"].logit_shift
+
+
+def test_a_run_without_ntp_says_what_its_speed_factors_are_relative_to(folders, tmp_path):
+    from sbd_bench.analysis.metrics import no_baseline_note
+    from sbd_bench.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", "--model", str(folders["sdar"]), "--solver", "fixed_k:k=2", "--task", "arith", "--limit", "1",
+                 "--block-size", "4", "--max-new-tokens", "6", "--threads", "1", "--no-cost-curve", "--trace", "0",
+                 "--out", str(out)]) == 0
+    note = "No NTP baseline (a sdar checkpoint has no NTP path): the speed factors relative to NTP are blank"
+    assert note in (out / "report.md").read_text()
+    assert note in (out / "report.html").read_text()  # the page's banner
+    assert no_baseline_note({}, [{"solver": "ntp"}, {"solver": "fixed_k"}]) is None

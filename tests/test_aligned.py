@@ -2,8 +2,8 @@
 random checkpoints load into their stock classes without their code, and decode exactly (fp32, CPU,
 greedy): every forward of every block solver equals a no-cache forward of the whole sequence under the
 family's block-causal mask, a decode reads each slot where the family reads it (the shift pinned by an
-independent reference decode), batch 3 gives batch 1's records, and what such a family cannot decode
-(ntp, verify=on, another block size) is refused in one line."""
+independent reference decode), batch 3 gives batch 1's records, traces add up to their records, and what
+such a family cannot decode (ntp, verify=on, another block size) is refused in one line."""
 from __future__ import annotations
 
 import dataclasses
@@ -147,6 +147,26 @@ def test_breaking_the_shift_or_the_cache_rule_fails_the_reference(models, name):
 
 
 @pytest.mark.parametrize("name", list(BLOCK))
+def test_every_solver_s_trace_adds_up_to_its_record(models, name):
+    """One entry per forward (the prefill's and a commit's first token: "ntp"), the committed tokens are the
+    output, each forward's kept reveals its revealed_per_forward (analysis/traces.trace_problems)."""
+    from sbd_bench.analysis.traces import check_trace, trace_problems
+
+    lm = models[name]
+    kinds = set()
+    for solver in _solvers(lm):
+        for text in PROMPTS:
+            prompt = lm.tokenizer(text)["input_ids"]
+            gen = Decoder(lm, block_size=BLOCK[name], max_new_tokens=20).generate_batch([prompt], solver, trace=True)[0]
+            trace = {"task": "t", "id": "0", "config": solver.label, "block_size": BLOCK[name], **gen.trace}
+            check_trace(trace, "here")
+            record = {"nfe": gen.nfe, "output_ids": gen.output_ids, "revealed_per_forward": gen.revealed_per_forward}
+            assert trace_problems(trace, record) == [], (solver.label, text)
+            kinds |= {f["kind"] for f in trace["forwards"]}
+    assert kinds == ({"block", "ntp"} if lm.family.commit == "forward" else {"block"})
+
+
+@pytest.mark.parametrize("name", list(BLOCK))
 def test_batch_three_gives_batch_one_s_records(models, name):
     lm = models[name]
     prompts = [lm.tokenizer(p)["input_ids"] for p in PROMPTS]
@@ -191,6 +211,12 @@ def test_run_decodes_the_folder_with_every_solver_it_can(folders, models, name, 
     assert {r["config"] for r in records} == {s.label for s in _solvers(models[name])}
     assert all(r["vendor_nfe"] >= r["nfe"] for r in records)
     assert not (folders[name] / "TRAP_RAN").exists()
+    from sbd_bench.analysis.metrics import sample_key
+    from sbd_bench.analysis.traces import read_traces, trace_problems
+
+    traces = read_traces(out / "traces.jsonl")  # the first example of the task, every configuration: checked
+    by_key = {sample_key(r): r for r in records}
+    assert len(traces) == len(records) and all(trace_problems(t, by_key[sample_key(t)]) == [] for t in traces)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -225,3 +251,17 @@ def test_wino_on_shifted_logits_is_refused_by_a_real_process(folders, tmp_path):
 
 def test_families_table_names_both():
     assert families.FAMILIES["sdar"].aligned and families.FAMILIES["fast_dllm_v2"].logit_shift
+
+
+def test_a_run_without_ntp_says_what_its_speed_factors_are_relative_to(folders, tmp_path):
+    from sbd_bench.analysis.metrics import no_baseline_note
+    from sbd_bench.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", "--model", str(folders["sdar"]), "--solver", "fixed_k:k=2", "--task", "arith", "--limit", "1",
+                 "--block-size", "4", "--max-new-tokens", "6", "--threads", "1", "--no-cost-curve", "--trace", "0",
+                 "--out", str(out)]) == 0
+    note = "No NTP baseline (a sdar checkpoint has no NTP path): the speed factors relative to NTP are blank"
+    assert note in (out / "report.md").read_text()
+    assert note in (out / "report.html").read_text()  # the page's banner
+    assert no_baseline_note({}, [{"solver": "ntp"}, {"solver": "fixed_k"}]) is None

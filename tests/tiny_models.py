@@ -159,7 +159,7 @@ def build_bpe_chat_model(folder: Path, style: str = "llama3", spare_rows: int = 
     return folder
 
 
-# Nemotron-Labs-Diffusion as published (../shared/research/nemotron_labs_diffusion.md §2.2): the 8B
+# Nemotron-Labs-Diffusion as published (docs/models.md, its sources): the 8B
 # config.json's fields, scaled down; a Ministral-3 backbone stored as encoder.* plus diffusion_head.weight;
 # mask 100, eos 11 (<|im_end|>), block 32, YaRN rope with the Llama-4 query scaling; an auto_map to remote
 # code that must never run.
@@ -251,8 +251,7 @@ def reference_nld_model(folder: Path):
 
 
 # SDAR (JetAstra/SDAR training/model/SDAR-4B-Chat/config.json at c2041a8, scaled down) and Fast-dLLM v2
-# (Efficient-Large-Model/Fast_dLLM_v2_7B config.json as ../shared/research/block_diffusion_checkpoints.md
-# §2.1 reads it): Qwen3 and Qwen2 backbones under their own model_type and an auto_map to remote code.
+# (Efficient-Large-Model/Fast_dLLM_v2_7B config.json, refs/pr/3, as docs/models.md reads it): Qwen3 and Qwen2 backbones under their own model_type and an auto_map to remote code.
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 

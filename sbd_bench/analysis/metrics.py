@@ -405,3 +405,14 @@ def json_safe(value):
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return value
+
+
+def no_baseline_note(summary: dict, rows: list[dict]) -> str | None:
+    """What the speed factors are relative to in a run without the NTP baseline (a block-diffusion family
+    has no NTP path: docs/models.md), else None."""
+    if not rows or any(r["solver"] == BASELINE_SOLVER for r in rows):
+        return None
+    family = (((summary.get("provenance") or {}).get("model_info")) or {}).get("family")
+    why = f"a {family} checkpoint has no NTP path" if family else "the run decoded no ntp configuration"
+    return (f"No NTP baseline ({why}): the speed factors relative to NTP are blank. Tokens per forward compares "
+            f"the configurations, against 1.00 for a decoder that commits one token per forward (NTP's figure).")

@@ -23,7 +23,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from .metrics import BASELINE_SOLVER, is_verified, ntp_mismatch_warning, sampling_of
+from .metrics import BASELINE_SOLVER, is_verified, no_baseline_note, ntp_mismatch_warning, sampling_of
 from .records import write_text_atomic
 from ..types import SAMPLING_KEYS
 from .columns import Column, shown
@@ -200,6 +200,7 @@ def page_data(run_name: str, summary: dict, records: list[dict], rows: list[dict
         "settings": [[k, settings[k]] for k in SETTINGS if settings.get(k) is not None],
         "failures": len(summary.get("failures") or []),
         "warning": ntp_mismatch_warning(records, exact=bool(provenance.get("exact"))),
+        "note": no_baseline_note(summary, rows),
         "length_note": LENGTH_FOOTNOTE,
         "tasks": tasks,
         "configs": [_config(first[name], names, rows) for name in names],

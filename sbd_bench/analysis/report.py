@@ -36,7 +36,7 @@ from ..types import SUMMARY_ROW_FIELDS
 from .columns import ACCURACY, PROFILE, WALL, report_columns, report_header
 from .formats import (LENGTH_FOOTNOTE, LENGTH_MARK, _interval, _num, _pct, _x, dominates, length_mark, pareto_front,
                       sampled_rows)  # dominates: report.dominates, as before the formats moved out (tests use it)
-from .metrics import (BASELINE_SOLVER, is_generate_baseline, is_verified, ntp_mismatch_warning, scorer_changes,
+from .metrics import (BASELINE_SOLVER, is_generate_baseline, no_baseline_note, is_verified, ntp_mismatch_warning, scorer_changes,
                       summarize)
 from .records import (SUMMARY, RunFolderError, free_path, is_run_summary, load_run, prepare_output_folder,
                       remove_empty_folders, starts_with, write_atomic, write_text_atomic)
@@ -448,6 +448,9 @@ def report_text(run_dir: Path, summary: dict, rows: list[dict], predictions: dic
     batch = ((summary.get("provenance") or {}).get("config") or {}).get("batch_size") or 1
     if batch > 1:
         text += [batched_timing_note(batch), ""]
+    no_ntp = no_baseline_note(summary, rows)
+    if no_ntp:
+        text += [no_ntp, ""]
     if warning:
         text += [f"**Warning**: {warning}.", ""]
     if predictions:

@@ -21,7 +21,7 @@ fields (core/families.py), so that a new family of this kind is a table entry:
   always fixed in such a family: the prompt's tail or the committed seed).
 - **Reveal windows** (``sub_block``): only the masked slots of the leftmost sub-block that still has one are
   offered to the solver (Fast-dLLM v2 decodes its 32-slot blocks in sub-blocks of 8, left to right).
-Not traced yet (``traces.jsonl`` skips these families). Stops are the core's: a block ends at a forward that commits a stop token with every slot before it
+Traced as the core traces (``generate_batch(..., trace=True)``). Stops are the core's: a block ends at a forward that commits a stop token with every slot before it
 revealed, and no commit forward follows. A block takes at most ``max_block_forwards`` forwards: at the last
 one every masked slot is revealed from its logits. Rows are decoded one at a time (their blocks are aligned
 to each row's own positions); greedy only. ``vendor_nfe`` counts what the family's own code would run for
@@ -36,6 +36,7 @@ from .cache import KVCache
 from .checks import check_decision
 from .masks import Pattern
 from .model import LoadedModel, device_clock
+from .tracing import add_forward, block_proxies
 
 
 class BlockCausal:
@@ -98,7 +99,7 @@ def refusal(lm: LoadedModel, solver) -> str | None:
 class _Row:
     """One prompt's aligned decode: the cache, what is committed, which forward revealed each token."""
 
-    def __init__(self, decoder, prompt_ids: list[int], solver, seed: int):
+    def __init__(self, decoder, prompt_ids: list[int], solver, seed: int, trace: bool = False):
         self.decoder, self.lm, self.solver = decoder, decoder.lm, solver
         self.family, self.width = decoder.lm.family, decoder.block_size
         self.prompt = prompt_ids
@@ -112,6 +113,9 @@ class _Row:
         self.cut: int | None = None
         self.reason = ""
         self.carries = 0  # blocks committed inside the next block's first forward (fused)
+        self.remasked: list[int] = []  # per block, revoking solvers: positions masked again, revealed at the bound
+        self.forced: list[int] = []
+        self.trace: list[dict] | None = [] if trace else None  # one entry per forward (docs/records.md, 'Traces')
 
     @property
     def forwards(self) -> int:
@@ -133,14 +137,34 @@ class _Row:
         return cut is not None
 
     def commit(self, tokens: list[int], revealers: list[int]) -> None:
+        """``tokens`` join the output, added by the forward just made (its trace entry says so)."""
         self.out += tokens
         self.revealer += revealers
+        if self.trace:
+            self.trace[-1]["added"] = self.trace[-1].get("added", 0) + len(tokens)
+
+    def trace_token(self, token: int, proxies: list) -> None:
+        """The trace of a forward that yields one token from its last logit (the prefill's or a commit's)."""
+        if self.trace is not None:
+            add_forward(self, self.forwards, "ntp", len(self.out), [0], [0], [], [token], [proxies], -1)
+
+    def finish_trace(self, out: list[int]) -> dict | None:
+        if self.trace is None:
+            return None
+        at = 0
+        for entry in self.trace:
+            added = entry.pop("added", 0)
+            entry["committed"], at = out[at: at + added], at + added
+        ids = sorted({t for entry in self.trace for t in entry["tokens"] if t >= 0})
+        return {"pieces": {str(i): self.lm.tokenizer.decode([i]) for i in ids}, "forwards": self.trace}
 
 
-def decode_aligned(decoder, prompt_ids: list[int], solver, seed: int) -> Generation:
-    """Decode one prompt of an aligned family (see the module docstring)."""
+def decode_aligned(decoder, prompt_ids: list[int], solver, seed: int, trace: bool = False) -> Generation:
+    """Decode one prompt of an aligned family (see the module docstring); ``trace``: one trace entry per
+    forward, as the core's (a block's forwards "block", a forward that yields one token from its last logit,
+    the prefill's or a commit's, "ntp")."""
     decoder.check_prompt(prompt_ids)
-    row = _Row(decoder, prompt_ids, solver, seed)
+    row = _Row(decoder, prompt_ids, solver, seed, trace)
     family, width, mask = row.family, row.width, row.lm.mask_token_id
     t0 = device_clock(row.lm.device)
     full = len(prompt_ids) // width * width  # the prompt's full blocks
@@ -152,6 +176,7 @@ def decode_aligned(decoder, prompt_ids: list[int], solver, seed: int) -> Generat
         prefill = int(not yields)
         if yields:
             fixed = [int(logits[-1].argmax())]
+            row.trace_token(fixed[0], _proxies(row, logits[-1:])[0])
             row.commit(fixed, [row.forwards])
             row.stop_at(row.out)
     start, carried = full, []
@@ -161,6 +186,7 @@ def decode_aligned(decoder, prompt_ids: list[int], solver, seed: int) -> Generat
         first_output = len(fixed)  # the prompt's tail, or the seed committed already: not this block's output
         step, revealed_at, memory = 0, [-2] * len(fixed) + [-1] * (size - len(fixed)), {}
         base = row.forwards  # forwards before the block's first: a slot revealed at step s, by forward base + s + 1
+        memory["trace_at"] = (len(row.out), first_output)  # where the block's output slots start, in output and slots
         while row.cut is None and mask in slots:
             shadow = solver.reads_shadow and step > 0 and not carried
             if carried:
@@ -180,6 +206,8 @@ def decode_aligned(decoder, prompt_ids: list[int], solver, seed: int) -> Generat
             if row.stop_at(row.out + filled):  # a stop with every slot before it revealed ends the block
                 row.commit(filled[: row.cut - len(row.out)],
                            [base + revealed_at[first_output + i] + 1 for i in range(row.cut - len(row.out))])
+        row.remasked.append(memory.get("remasked", 0))
+        row.forced.append(memory.get("forced", 0))
         if row.cut is not None:
             row.forwards_per_block.append(row.forwards - counted)
             break
@@ -190,7 +218,9 @@ def decode_aligned(decoder, prompt_ids: list[int], solver, seed: int) -> Generat
             row.forwards_per_block.append(row.forwards - counted)
             break
         if family.commit == "forward":  # 3. the commit: the block alone, kept; its last logit is the next token
-            seed_token = int(row.forward(slots, start - size, BlockCausal([size]), keep=1)[-1].argmax())
+            last = row.forward(slots, start - size, BlockCausal([size]), keep=1)[-1:]
+            seed_token = int(last[0].argmax())
+            row.trace_token(seed_token, _proxies(row, last)[0])
             row.forwards_per_block.append(row.forwards - counted)
             counted = row.forwards
             row.commit([seed_token], [row.forwards])
@@ -209,9 +239,8 @@ def decode_aligned(decoder, prompt_ids: list[int], solver, seed: int) -> Generat
     return Generation(output_ids=out, stop_reason=row.reason, nfe=row.forwards, prefill_forwards=prefill,
                       revealed_per_forward=revealed, forwards_per_block=row.forwards_per_block,
                       prefill_time_s=0.0, decode_time_s=t1 - t0, output_text=decoder.stop.text(out, row.reason),
-                      vendor_nfe=vendor,
-                      **({"remasked_per_block": [0] * len(row.forwards_per_block),
-                          "forced_per_block": [0] * len(row.forwards_per_block)} if solver.revokes else {}))
+                      vendor_nfe=vendor, trace=row.finish_trace(out),
+                      **({"remasked_per_block": row.remasked, "forced_per_block": row.forced} if solver.revokes else {}))
 
 
 def _window(family, slots: list[int], revealed_at: list[int]) -> range:
@@ -255,9 +284,11 @@ def _reveal(row: _Row, solver, logits, shadow_logits, slots, revealed_at, memory
     if any(d and (revealed_at[lo + i] < 0 or p) for i, (d, p) in enumerate(zip(dropped, picked))):
         raise UsageError(f"solver '{solver.name}' masked again a position it had not revealed in an earlier forward "
                          f"of this block; remask only positions where view.revealed")
+    before = [i for i, s in enumerate(revealed_at) if s == -1]  # the block's masked slots when the forward ran
     if forced:  # the bound: every masked slot of the block from this forward's logits
         every = logits.argmax(-1).tolist()
         picked_all = [i for i, s in enumerate(revealed_at) if s == -1]
+        memory["forced"] = memory.get("forced", 0) + len(picked_all) - sum(picked)
         for i in picked_all:
             slots[i], revealed_at[i] = every[i], step
         revealed = picked_all
@@ -268,6 +299,18 @@ def _reveal(row: _Row, solver, logits, shadow_logits, slots, revealed_at, memory
         for i, d in enumerate(dropped):
             if d:
                 slots[lo + i], revealed_at[lo + i] = mask, -1
+        memory["remasked"] = memory.get("remasked", 0) + sum(dropped)
     if solver.keeps_history:
         memory.update(logits=logits[None, lo:hi], state=kept, window=(lo, hi))
+    if row.trace is not None:  # in the coordinates of the block's output slots
+        at, first = memory["trace_at"]
+        add_forward(row, row.forwards, "block", at, [i - first for i in before if i >= first],
+                    [i - first for i in revealed if i >= first],
+                    [lo + i - first for i, d in enumerate(dropped) if d and not forced and lo + i >= first],
+                    slots[first:], _proxies(row, logits)[first:], mask)
     return step + 1
+
+
+def _proxies(row: _Row, logits: torch.Tensor) -> list:
+    """(w, 2) entropy and confidence per slot of (w, V) logits, for a trace."""
+    return block_proxies(logits[None])[0]

@@ -218,7 +218,7 @@ class Decoder:
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
         if self.lm.family.aligned:  # blocks at multiples of the block size, one row at a time (aligned.py)
-            return [decode_aligned(self, ids, solver, seed) for ids, seed in zip(prompts, seeds)]
+            return [decode_aligned(self, ids, solver, seed, trace) for ids, seed in zip(prompts, seeds)]
         if schedule_baseline(solver) is not None:  # a family's own schedule, one row at a time (schedules.py)
             return [decode_with_schedule(self, ids, solver) for ids in prompts]
         if generate_baseline(solver) is not None:  # transformers' own generate, one row at a time (hf_generate.py)

@@ -1,7 +1,7 @@
 """A model family's own decoding schedules, run as its vendor's code runs them, as baselines beside ours
 (``types.ScheduleBaseline``; docs/models.md): Nemotron-Labs-Diffusion's diffusion decoder (``dlm``) and its
 self-speculation (``linear_spec``), read from its remote ``NemotronLabsDiffusionModel.generate`` and
-``linear_spec_generate`` (../shared/research/nemotron_labs_diffusion.md §3).
+``linear_spec_generate`` (docs/models.md names the copies read).
 
     >>> decoder = Decoder(load_model(NLD_DIR), max_new_tokens=256)
     >>> gen = decoder.generate(prompt_ids, NLDDiffusion(block=8, tau=0.9))   # dispatched here

@@ -509,7 +509,7 @@ def _sweep(lm, todo, cfg, out: Path, summary: dict, total: int, done: int, progr
         for record in records:
             item = items[metrics.sample_key(record)]
             if not record["error"] and item.repeat == 0 and item.sample == 0 and generate_baseline(item.solver) is None \
-                    and not lm.family.aligned and (traced is None or (item.task.name, str(item.example.id)) in traced):  # generate: no forwards to see
+                    and (traced is None or (item.task.name, str(item.example.id)) in traced):  # generate: no forwards to see
                 tracer = tracer or RecordWriter(out / TRACES)
                 tracer.write(trace_sample(lm, item, cfg))  # before the record: a resumed run traces it again
             writer.write(record)

@@ -92,6 +92,7 @@
     }
     if (!data.complete) say("Incomplete run: finish it with `" + (data.resume_command || "python -m sbd_bench run --resume RUN_DIR") + "`.");
     if (data.warning) say("Warning: " + data.warning + ".");
+    if (data.note) say(data.note);
     if (data.failures) say(data.failures + " sample(s) failed: see the errors in report.md and summary.json.");
   }
 

@@ -23,13 +23,18 @@ from __future__ import annotations
 import torch
 
 
+DynamicLayer = None  # transformers.cache_utils', imported with the first KVCache (transformers loads slowly)
+
+
 class CacheFullError(RuntimeError):
     """A forward would write past a preallocated cache's capacity."""
 
 
 class KVCache:
     def __init__(self, config):
+        global DynamicLayer
         from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
 
         self.config = config
         self.hf = DynamicCache(config=config)  # per layer: keys/values (B, H_kv, T, D)
@@ -42,7 +47,11 @@ class KVCache:
     def rollback(self, n: int) -> None:
         """Forget the last ``n`` positions (a block's mask-dependent keys/values)."""
         if n > 0:
-            self.hf.crop(-n)
+            for layer in self.hf.layers:  # DynamicCache.crop's per-layer slice, without its calls and checks
+                if type(layer) is DynamicLayer and layer.is_initialized:
+                    layer.keys, layer.values = layer.keys[..., :-n, :], layer.values[..., :-n, :]
+                else:  # another kind of layer (a sliding window's) crops its own way
+                    layer.crop(-n)
             self.length -= n
 
     def reset(self) -> None:

@@ -104,14 +104,17 @@ class Decoder:
         return KVCache(self.lm.model.config)
 
     # ------------------------------------------------------------------------- the one model call
-    @torch.inference_mode()
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, pattern: Pattern | None, cache: KVCache,
                 phase: str = "decode", keep: int = 0, rows: list[int] | None = None,
                 log: ForwardLog | None = None) -> torch.Tensor:
         """ids, positions (B, Q) -> float32 logits (B, keep, V) of the last ``keep`` queries (0: all Q),
         the only ones the core reads. Appends Q positions to ``cache``; ``pattern`` None: Q causal queries.
         ``rows``: the batch rows with work, each charged one NFE in the decode's ``log`` (None: all), which
-        keeps the logits and their finite flag too."""
+        keeps the logits and their finite flag too. Runs in inference mode (a decode is in it throughout:
+        ``generate_batch``; a step called on its own enters it here)."""
+        if not torch.is_inference_mode_enabled():
+            with torch.inference_mode():
+                return self.forward(ids, positions, pattern, cache, phase, keep, rows, log)
         if phase != "prefill":  # a prompt's one prefill forward is recorded apart (prefill_forwards)
             self.nfe += 1
             if log is not None:
@@ -217,6 +220,14 @@ class Decoder:
         seeds = [self.seed] * len(prompts) if seeds is None else list(seeds)
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        # inference mode for the whole decode, solvers included: each of a forward's small ops skips autograd's
+        # bookkeeping, and the forwards enter no mode of their own (nothing made in it outlives the call but
+        # host lists and the caches, which only the core writes, in this mode)
+        with torch.inference_mode():
+            return self._generate_batch(prompts, solver, seeds, trace)
+
+    def _generate_batch(self, prompts: list[list[int]], solver: Solver, seeds: list[int],
+                        trace: bool) -> list[Generation]:
         if self.lm.family.aligned:  # blocks at multiples of the block size, one row at a time (aligned.py)
             return [decode_aligned(self, ids, solver, seed, trace) for ids, seed in zip(prompts, seeds)]
         if schedule_baseline(solver) is not None:  # a family's own schedule, one row at a time (schedules.py)

@@ -107,17 +107,20 @@ class BlockView:
         return log_p.exp()
 
     @cached_property
-    def _top2(self) -> tuple[torch.Tensor, torch.Tensor]:
-        values, indices = self.log_probs.topk(2, dim=-1)  # (B, k, 2) each
-        return values.exp(), indices
+    def _top2(self) -> tuple[torch.Tensor, torch.Tensor]:  # (B, k, 2) each: the two largest log-probs, their ids
+        return self.log_probs.topk(2, dim=-1)
+
+    @cached_property
+    def _top2_probs(self) -> torch.Tensor:  # (B, k, 2), only for the proxies that read them (tokens does not)
+        return self._top2[0].exp()
 
     @cached_property
     def confidence(self) -> torch.Tensor:  # (B, k): max_v p(v)
-        return self._top2[0][..., 0]
+        return self._top2_probs[..., 0]
 
     @cached_property
     def margin(self) -> torch.Tensor:  # (B, k): p(top1) - p(top2)
-        probs = self._top2[0]
+        probs = self._top2_probs
         return probs[..., 0] - probs[..., 1]
 
     @cached_property
@@ -443,10 +446,10 @@ def reveal_top(score: torch.Tensor, masked: torch.Tensor, n: torch.Tensor | int)
     import torch
 
     if isinstance(n, int) and n <= 1:  # the top one: argmax keeps the first of ties, as the stable sort does
-        best = torch.where(masked, score, float("-inf")).argmax(dim=-1, keepdim=True)  # (B, 1)
+        best = score.masked_fill(~masked, float("-inf")).argmax(dim=-1, keepdim=True)  # (B, 1)
         return (_slots(masked.shape[-1], masked.device) == best) & masked  # a row with nothing masked: nothing
     if isinstance(n, int):  # the first n of the order: past the masked ones it reaches unmasked, which the & drops
-        order = torch.where(masked, score, float("-inf")).argsort(dim=-1, descending=True, stable=True)
+        order = score.masked_fill(~masked, float("-inf")).argsort(dim=-1, descending=True, stable=True)
         return torch.zeros_like(masked).scatter(-1, order[:, :n], True) & masked
     n_masked = masked.sum(-1)  # (B,)
     n = torch.as_tensor(n, device=masked.device).expand_as(n_masked)

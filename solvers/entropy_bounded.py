@@ -30,8 +30,9 @@ class EntropyBounded(Solver):
     def select(self, view: BlockView):
         masked, entropy = view.masked, view.entropy  # (B, k) each
         error = entropy if self.proxy == "entropy" else -view.confidence if self.proxy == "confidence" else -view.margin
-        order = torch.where(masked, error, float("inf")).argsort(dim=-1, stable=True)  # masked first
-        h_sorted = torch.where(masked, entropy, 0.0).gather(-1, order)
+        unmasked = ~masked
+        order = error.masked_fill(unmasked, float("inf")).argsort(dim=-1, stable=True)  # masked first
+        h_sorted = entropy.masked_fill(unmasked, 0.0).gather(-1, order)
         # sum - max is non-decreasing along the order, so counting the prefix that holds is enough
         bound = h_sorted.cumsum(-1) - h_sorted.cummax(-1).values
         n = (bound <= self.gamma).sum(-1, keepdim=True).clamp_min(1)  # (B, 1): a prefix longer than the

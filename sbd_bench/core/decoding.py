@@ -44,6 +44,8 @@ Every model call goes through ``Decoder.forward``: it is the one place NFE is co
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 from ..types import Generation, Solver, generate_baseline, schedule_baseline
@@ -62,6 +64,12 @@ from .state import BLOCK_FIELDS, REVOKE_BLOCK_FIELDS, DecodeCall, ForwardLog, Ro
 from .stops import StopRule
 from .tracing import add_forward, block_proxies, finish_traces
 from .verify import decode_verified
+
+
+@lru_cache(maxsize=4)
+def _positions(first: int, end: int, device) -> torch.Tensor:
+    """(1, end - first) first..end-1: a block's forwards after its first share their positions (only read)."""
+    return torch.arange(first, end, device=device)[None]
 
 
 def check_model_output(lm: LoadedModel, prompt_ids: list[int]) -> None:
@@ -190,8 +198,10 @@ class Decoder:
             ids = torch.cat([pending, block] + ([torch.full_like(block, self.lm.mask_token_id)] if shadow else []), dim=1)
         else:  # the block alone (the model only reads it)
             ids = block
+        if not n:  # nothing of this forward is kept: the reference cache need not store it (KVCache.read_only)
+            cache.read_only()
         if isinstance(start, int):  # every row alike (batch 1): the positions are real ones
-            positions = torch.arange(start - n, start + k, device=block.device)[None].expand(ids.shape[0], -1)
+            positions = _positions(start - n, start + k, block.device).expand(ids.shape[0], -1)
         else:  # (B, n + k): idle slots of a batched row can pass the end, hidden filler slots fall before 0
             positions = start.to(block.device)[:, None] + torch.arange(-n, k, device=block.device)
             positions = positions.clamp(0, self.context - 1)

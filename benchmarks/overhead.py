@@ -8,7 +8,10 @@ a fraction of the model call itself.
     python benchmarks/overhead.py --model sbd-tiny --trace-ab     # the same decodes traced and not, alternating
 
 The model is wrapped so that every call is timed (device synchronised around it); the decode time of
-``Decoder.generate`` minus the time inside model calls, per forward, is the overhead.
+``Decoder.generate`` minus the time inside model calls, per forward, is the overhead. A solver that reads
+the block's shadow (wino) asks the model for k more queries in each forward after a block's first: that
+extra model time (the median model call with the shadow less the median one without it, per forward of
+the decode) is printed on a line of its own, with the overhead as a fraction of the model call without it.
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ class TimedModel:
     """Calls the wrapped model and keeps the wall time of each call."""
 
     def __init__(self, model, device):
-        self.model, self.device, self.times = model, device, []
+        self.model, self.device, self.times, self.positions = model, device, [], []
 
     def __getattr__(self, name):  # config, dtype, ...: whatever the core reads from the model
         return getattr(self.model, name)
@@ -48,7 +51,34 @@ class TimedModel:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.times.append(time.perf_counter() - start)
+        self.positions.append(kwargs.get("position_ids"))  # looked at after the decode, not inside its time
         return out
+
+
+def has_shadow(positions) -> bool:
+    """Whether a forward's queries end with the block's shadow: its last half at the block's positions again."""
+    if positions is None or positions.shape[1] < 2 or positions.shape[1] % 2:
+        return False
+    half = positions.shape[1] // 2
+    return bool((positions[0, half:] == positions[0, :half]).all())
+
+
+def shadow_extra(decoder, timed: TimedModel, context: int, k: int, rounds: int) -> float:
+    """Seconds the block's shadow adds to one model call: block forwards of k queries with and without it,
+    alternating on one cache of ``context`` positions, the difference of the medians of the model calls."""
+    import torch
+
+    lm = decoder.lm
+    cache = decoder.new_cache(1, context + 2 * k)
+    decoder.prefill(torch.randint(5, lm.model.config.vocab_size, (1, context), device=lm.device), cache)
+    block, times = torch.full((1, k), lm.mask_token_id, device=lm.device), {False: [], True: []}
+    for r in range(3 + 4 * rounds):  # 3 warm-up rounds
+        for shadow in (False, True):
+            timed.times.clear()
+            decoder.block_step(block[:, :0], block, context, cache, shadow=shadow)
+            if r >= 3:
+                times[shadow].append(timed.times[0])
+    return max(0.0, median(times[True]) - median(times[False]))
 
 
 def random_tiny(path: Path) -> Path:
@@ -100,17 +130,28 @@ def measure_overhead(lm, solver, prompt_ids: list[int], block_size: int, max_new
     timed = TimedModel(lm.model, lm.device)
     decoder = Decoder(dataclasses.replace(lm, model=timed), block_size=block_size, max_new_tokens=max_new_tokens)
     decoder.generate_batch([prompt_ids], solver, trace=trace)
-    model_s, overhead_s, nfe = [], [], 0
+    model_s, overhead_s, shadow_s, nfe, shadowed = [], [], 0.0, 0, 0
     for _ in range(repeats):
         timed.times.clear()
+        timed.positions.clear()
         gen = decoder.generate_batch([prompt_ids], solver, trace=trace)[0]
-        inside = sum(timed.times[gen.prefill_forwards:])  # decode-phase model calls only
+        calls = list(zip(timed.times, map(has_shadow, timed.positions)))[gen.prefill_forwards:]  # decode phase only
+        inside = sum(t for t, _ in calls)
         nfe = gen.nfe
         model_s.append(inside / nfe)
         overhead_s.append((gen.decode_time_s - inside) / nfe)
+        shadowed = sum(shadow for _, shadow in calls)
+    if solver.reads_shadow and shadowed:  # what the shadow's k extra queries cost a model call
+        shadow_s = shadow_extra(decoder, timed, len(prompt_ids) + max_new_tokens // 2, block_size, repeats)
     forward, overhead = median(model_s), median(overhead_s)
-    return {"config": solver.label, "nfe": nfe, "model_ms_per_forward": forward * 1e3,
-            "overhead_ms_per_forward": overhead * 1e3, "overhead_fraction": overhead / forward}
+    result = {"config": solver.label, "nfe": nfe, "model_ms_per_forward": forward * 1e3,
+              "overhead_ms_per_forward": overhead * 1e3, "overhead_fraction": overhead / forward}
+    if shadow_s:  # the shadow is model work the solver asks for, not overhead: a line of its own
+        shadow = shadow_s * shadowed / nfe  # per forward of the decode, as the other columns
+        result.update(shadow_forwards=shadowed, shadow_ms_per_forward=shadow * 1e3,
+                      block_model_ms_per_forward=(forward - shadow) * 1e3,
+                      overhead_per_block_model_call=overhead / (forward - shadow))
+    return result
 
 
 def main(argv=None) -> int:
@@ -121,7 +162,7 @@ def main(argv=None) -> int:
                                                                "(llama-3.1-8b, qwen3-8b)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    parser.add_argument("--solver", default="ntp+entropy_bounded:gamma=0.35+fixed_k:k=4+confidence")
+    parser.add_argument("--solver", default="ntp+entropy_bounded:gamma=0.35+fixed_k:k=4+confidence+margin+klass+wino")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
@@ -169,6 +210,10 @@ def main(argv=None) -> int:
             r = measure_overhead(lm, solver, prompt, args.block_size, args.max_new_tokens, args.repeats)
             print(f"| {r['config']} | {r['nfe']} | {r['model_ms_per_forward']:.3f} | {r['overhead_ms_per_forward']:.3f} "
                   f"| {r['overhead_fraction']:.2f} |")
+            if "shadow_ms_per_forward" in r:  # not matched by overhead_ab.py's row pattern (its first cell has spaces)
+                print(f"| {r['config']} shadow ({r['shadow_forwards']} forwards with it) | - | "
+                      f"{r['shadow_ms_per_forward']:.3f} | - | overhead / model call without it: "
+                      f"{r['overhead_per_block_model_call']:.2f} |")
     return 0
 
 

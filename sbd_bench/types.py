@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # torch is imported where tensors are used, so `report`/`compare` never load it
@@ -37,6 +37,24 @@ SCHEMA_VERSION = 1
 
 
 # ----------------------------------------------------------------------------------------- solvers
+class cached_property:  # noqa: N801 (functools' name, for what it does)
+    """``functools.cached_property`` without its lock (Python 3.11 takes one on every first read, a cost in
+    each forward; a view is read by one thread): the value is computed on first use and kept in the
+    instance's ``__dict__``, which later reads find first."""
+
+    def __init__(self, compute):
+        self.compute, self.name, self.__doc__ = compute, compute.__name__, compute.__doc__
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.compute(instance)
+        return value
+
+
 @dataclass(frozen=True, eq=False)
 class BlockView:
     """One forward's output over a block of k positions, for B sequences.
@@ -89,20 +107,23 @@ class BlockView:
         return log_p.exp()
 
     @cached_property
-    def _top2(self) -> tuple[torch.Tensor, torch.Tensor]:
-        values, indices = self.log_probs.topk(2, dim=-1)  # (B, k, 2) each
-        return values.exp(), indices
+    def _top2(self) -> tuple[torch.Tensor, torch.Tensor]:  # (B, k, 2) each: the two largest log-probs, their ids
+        return self.log_probs.topk(2, dim=-1)
 
-    @property
+    @cached_property
+    def _top2_probs(self) -> torch.Tensor:  # (B, k, 2), only for the proxies that read them (tokens does not)
+        return self._top2[0].exp()
+
+    @cached_property
     def confidence(self) -> torch.Tensor:  # (B, k): max_v p(v)
-        return self._top2[0][..., 0]
+        return self._top2_probs[..., 0]
 
-    @property
+    @cached_property
     def margin(self) -> torch.Tensor:  # (B, k): p(top1) - p(top2)
-        probs = self._top2[0]
+        probs = self._top2_probs
         return probs[..., 0] - probs[..., 1]
 
-    @property
+    @cached_property
     def tokens(self) -> torch.Tensor:  # (B, k): the argmax the core will commit
         return self._top2[1][..., 0]
 
@@ -426,13 +447,25 @@ def reveal_top(score: torch.Tensor, masked: torch.Tensor, n: torch.Tensor | int)
 
     if isinstance(n, int) and n <= 1:  # the top one: argmax keeps the first of ties, as the stable sort does
         best = score.masked_fill(~masked, float("-inf")).argmax(dim=-1, keepdim=True)  # (B, 1)
-        return torch.zeros_like(masked).scatter(-1, best, True) & masked  # a row with nothing masked: nothing
+        return (_slots(masked.shape[-1], masked.device) == best) & masked  # a row with nothing masked: nothing
+    if isinstance(n, int):  # the first n of the order: past the masked ones it reaches unmasked, which the & drops
+        order = score.masked_fill(~masked, float("-inf")).argsort(dim=-1, descending=True, stable=True)
+        return torch.zeros_like(masked).scatter(-1, order[:, :n], True) & masked
     n_masked = masked.sum(-1)  # (B,)
     n = torch.as_tensor(n, device=masked.device).expand_as(n_masked)
     n = torch.minimum(n.clamp_min(1), n_masked)
     order = score.masked_fill(~masked, float("-inf")).argsort(dim=-1, descending=True, stable=True)
     rank = torch.arange(masked.shape[-1], device=masked.device).expand_as(order)
     return torch.zeros_like(masked).scatter(-1, order, rank < n.unsqueeze(-1)) & masked
+
+
+@lru_cache(maxsize=16)
+def _slots(k: int, device) -> torch.Tensor:
+    """(k,) 0..k-1, one per block width and device, which ``reveal_top`` compares with its argmax in each
+    forward (only read, never written)."""
+    import torch
+
+    return torch.arange(k, device=device)
 
 
 # ------------------------------------------------------------------------------------------- tasks
@@ -501,7 +534,7 @@ class Generation:
     # generate_batch(trace=True) only: {"pieces": {id: text}, "forwards": [one dict per forward]} (docs/records.md)
     trace: dict | None = None
 
-    @property
+    @cached_property
     def tokens(self) -> int:
         return len(self.output_ids)
 

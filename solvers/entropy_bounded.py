@@ -35,7 +35,6 @@ class EntropyBounded(Solver):
         h_sorted = entropy.masked_fill(unmasked, 0.0).gather(-1, order)
         # sum - max is non-decreasing along the order, so counting the prefix that holds is enough
         bound = h_sorted.cumsum(-1) - h_sorted.cummax(-1).values
-        n = (bound <= self.gamma).sum(-1)
-        n = torch.minimum(n.clamp_min(1), masked.sum(-1))
-        rank = torch.arange(view.k, device=masked.device).expand_as(order)
-        return torch.zeros_like(masked).scatter(-1, order, rank < n.unsqueeze(-1)) & masked
+        n = (bound <= self.gamma).sum(-1, keepdim=True).clamp_min(1)  # (B, 1): a prefix longer than the
+        rank = torch.arange(view.k, device=masked.device)  # masked positions reaches unmasked ones, which
+        return torch.zeros_like(masked).scatter(-1, order, rank < n) & masked  # the & drops

@@ -39,11 +39,13 @@ class KLASS(Solver):
             raise SolverError(f"klass: history must be >= 1 (got {self.history}); 1 compares the last two forwards")
 
     def select(self, view: BlockView):
-        stable_run = torch.zeros_like(view.confidence)  # (B, k): forwards in a row with KL < kl
-        if view.previous_logits is not None:
+        confidence, masked = view.confidence, view.masked
+        if view.previous_logits is None:
+            stable_run = torch.zeros_like(confidence)  # (B, k): forwards in a row with KL < kl
+        else:
             p, log_p, log_prev = view.log_probs.exp(), view.log_probs, view.previous_log_probs
-            kl = torch.where(p > 0, p * (log_p - log_prev), 0.0).sum(-1)  # (B, k); inf where prev gave 0
-            stable_run = torch.where(kl < self.kl, view.state + 1, 0.0)
-        ready = view.masked & (stable_run >= self.history) & (view.confidence > self.tau)
-        fallback = reveal_top(view.confidence, view.masked, 1) & ~ready.any(-1, keepdim=True)
+            kl = (p * (log_p - log_prev)).masked_fill_(p == 0, 0.0).sum(-1)  # (B, k); inf where prev gave 0
+            stable_run = (view.state + 1).masked_fill_(~(kl < self.kl), 0.0)
+        ready = masked & (stable_run >= self.history) & (confidence > self.tau)
+        fallback = reveal_top(confidence, masked, 1) & ~ready.any(-1, keepdim=True)
         return Decision(reveal=ready | fallback, state=stable_run)

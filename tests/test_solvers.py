@@ -220,7 +220,7 @@ def test_rule_boundary(case):
 # source with one edit; some boundary case above must then fail.
 MUTATIONS = [
     ("entropy_bounded", "(bound <= self.gamma)", "(bound < self.gamma)"),
-    ("entropy_bounded", "n.clamp_min(1)", "n.clamp_min(2)"),
+    ("entropy_bounded", "keepdim=True).clamp_min(1)", "keepdim=True).clamp_min(2)"),
     ("confidence", "(conf >= self.tau)", "(conf > self.tau)"),
     ("confidence", "reveal_top(conf, view.masked, 1)", "reveal_top(conf, view.masked, 2)"),
     ("factor", "(1 - c_sorted) < self.f)", "(1 - c_sorted) <= self.f)"),

@@ -174,3 +174,24 @@ def test_run_with_fast_records_the_same_samples_and_the_path(lm, tmp_path):
         assert provenance.get("fast_path") == ("static cache, eager (graphs need CUDA)" if fast else None)
         assert provenance.get("fast_path_warmup_s") == (0.0 if fast else None)  # nothing compiled or captured
     assert runs[True] == runs[False]
+
+
+def test_read_only_block_forwards_equal_written_and_cropped_ones(lm, monkeypatch):
+    """A block forward that carries nothing reads the reference cache without writing to it
+    (KVCache.read_only): its logits and the cache after it are bit for bit those of a forward that
+    writes and is cropped, and the layers' tensors are not replaced."""
+    prompt = torch.tensor([lm.tokenizer("12+34=5*6")["input_ids"]])
+    read_only = KVCache(lm.model.config)
+    assert not read_only.read_only() and not read_only.hf.read_only  # an empty cache has nothing to read
+    got = core_forwards(Decoder(lm), read_only, prompt)
+    monkeypatch.setattr(KVCache, "read_only", lambda self: False)  # every forward writes, then is cropped
+    written = KVCache(lm.model.config)
+    reference = core_forwards(Decoder(lm), written, prompt)
+    assert all(torch.equal(a, b) for a, b in zip(reference, got))
+    for a, b in zip(written.hf.layers, read_only.hf.layers):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+    monkeypatch.undo()
+    keys = read_only.hf.layers[0].keys
+    mask = torch.full((1, 4), lm.mask_token_id)
+    Decoder(lm).block_step(mask[:, :0], mask, read_only.length, read_only)
+    assert read_only.hf.layers[0].keys is keys and not read_only.hf.read_only  # read, not written; switch off

@@ -27,13 +27,46 @@ class CacheFullError(RuntimeError):
     """A forward would write past a preallocated cache's capacity."""
 
 
+def _dynamic_cache(config):
+    """A ``DynamicCache`` that a forward may also read without writing (``KVCache.read_only``)."""
+    global _ReadableCache, _DynamicLayer
+    if _ReadableCache is None:  # transformers is imported here, with the first cache (it loads slowly)
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        class _ReadableCache(DynamicCache):
+            read_only = False  # this forward's queries attend to the cache and their own keys/values, keeping none
+
+            def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+                if not self.read_only:
+                    return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+                layer = self.layers[layer_idx]  # what DynamicLayer.update returns, without storing it
+                return torch.cat([layer.keys, key_states], dim=-2), torch.cat([layer.values, value_states], dim=-2)
+
+        _DynamicLayer = DynamicLayer
+    return _ReadableCache(config=config)
+
+
+_ReadableCache = _DynamicLayer = None
+
+
 class KVCache:
     def __init__(self, config):
-        from transformers import DynamicCache
-
         self.config = config
-        self.hf = DynamicCache(config=config)  # per layer: keys/values (B, H_kv, T, D)
+        self.hf = _dynamic_cache(config)  # per layer: keys/values (B, H_kv, T, D)
         self.length = 0  # positions held, counted on the host as in StaticKVCache (cheaper than asking hf)
+        self._plain = False  # every layer a DynamicLayer holding keys: read_only can be honoured
+
+    def read_only(self) -> bool:
+        """Let the next forward attend to the cache without writing to it, when it keeps none of its keys and
+        values (a block forward carrying nothing: SBD.md §3): the ``rollback`` after it then only counts, and the
+        forward's queries see exactly what they would have seen had they been written and cropped. False (and
+        nothing changed) where a layer could not (an empty cache, a sliding-window layer): the forward writes."""
+        if not self._plain:
+            layers = self.hf.layers
+            self._plain = len(layers) > 0 and all(type(x) is _DynamicLayer and x.is_initialized for x in layers)
+        self.hf.read_only = self._plain
+        return self._plain
 
     def advance(self, q: int) -> None:
         """A forward wrote ``q`` positions (the DynamicCache has grown by itself)."""
@@ -42,13 +75,18 @@ class KVCache:
     def rollback(self, n: int) -> None:
         """Forget the last ``n`` positions (a block's mask-dependent keys/values)."""
         if n > 0:
-            self.hf.crop(-n)
+            if self.hf.read_only:  # a read-only forward wrote nothing
+                self.hf.read_only = False
+            else:
+                for layer in self.hf.layers:  # DynamicCache.crop's per-layer slice, without its calls and checks
+                    if type(layer) is _DynamicLayer and layer.is_initialized:
+                        layer.keys, layer.values = layer.keys[..., :-n, :], layer.values[..., :-n, :]
+                    else:  # another kind of layer (a sliding window's) crops its own way
+                        layer.crop(-n)
             self.length -= n
 
     def reset(self) -> None:
-        from transformers import DynamicCache
-
-        self.hf, self.length = DynamicCache(config=self.config), 0
+        self.hf, self.length, self._plain = _dynamic_cache(self.config), 0, False
 
     def keep(self, columns: torch.Tensor) -> None:
         """Keep, for each row b, the cached columns ``columns[b]`` (B, L) in that order: the length becomes
@@ -98,6 +136,10 @@ class StaticKVCache:
         self.length += q
 
     # inference_mode: the position tensors may have been made inside it (Decoder.forward is), and
+    def read_only(self) -> bool:
+        """A static cache's forwards always write (in place, where a rollback only moves the position back)."""
+        return False
+
     # only there may they be changed in place
     @torch.inference_mode()
     def rollback(self, n: int) -> None:

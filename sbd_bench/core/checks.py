@@ -61,7 +61,11 @@ def finite_flag(logits: torch.Tensor) -> torch.Tensor:
     """(B, 1) whether each row's logits (B, q, V) are free of NaN and +inf, on the device: one reduction, read
     back with the tokens chosen from them, so a model that breaks mid-run (bf16 overflow on a long context)
     stops the decode at that forward for no read of its own."""
-    return (logits.amax(dim=(1, 2)) <= torch.finfo(logits.dtype).max)[:, None]
+    largest = _FLOAT32_MAX if logits.dtype == torch.float32 else torch.finfo(logits.dtype).max
+    return logits.flatten(1).amax(1, keepdim=True) <= largest
+
+
+_FLOAT32_MAX = torch.finfo(torch.float32).max  # the dtype of the core's logits (Decoder.forward)
 
 
 def check_finite(rows: list, finite: list[list[bool]]) -> None:

@@ -44,6 +44,8 @@ Every model call goes through ``Decoder.forward``: it is the one place NFE is co
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 from ..types import Generation, Solver, generate_baseline, schedule_baseline
@@ -62,6 +64,12 @@ from .state import BLOCK_FIELDS, REVOKE_BLOCK_FIELDS, DecodeCall, ForwardLog, Ro
 from .stops import StopRule
 from .tracing import add_forward, block_proxies, finish_traces
 from .verify import decode_verified
+
+
+@lru_cache(maxsize=4)
+def _positions(first: int, end: int, device) -> torch.Tensor:
+    """(1, end - first) first..end-1: a block's forwards after its first share their positions (only read)."""
+    return torch.arange(first, end, device=device)[None]
 
 
 def check_model_output(lm: LoadedModel, prompt_ids: list[int]) -> None:
@@ -104,14 +112,17 @@ class Decoder:
         return KVCache(self.lm.model.config)
 
     # ------------------------------------------------------------------------- the one model call
-    @torch.inference_mode()
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, pattern: Pattern | None, cache: KVCache,
                 phase: str = "decode", keep: int = 0, rows: list[int] | None = None,
                 log: ForwardLog | None = None) -> torch.Tensor:
         """ids, positions (B, Q) -> float32 logits (B, keep, V) of the last ``keep`` queries (0: all Q),
         the only ones the core reads. Appends Q positions to ``cache``; ``pattern`` None: Q causal queries.
         ``rows``: the batch rows with work, each charged one NFE in the decode's ``log`` (None: all), which
-        keeps the logits and their finite flag too."""
+        keeps the logits and their finite flag too. Runs in inference mode (a decode is in it throughout:
+        ``generate_batch``; a step called on its own enters it here)."""
+        if not torch.is_inference_mode_enabled():
+            with torch.inference_mode():
+                return self.forward(ids, positions, pattern, cache, phase, keep, rows, log)
         if phase != "prefill":  # a prompt's one prefill forward is recorded apart (prefill_forwards)
             self.nfe += 1
             if log is not None:
@@ -187,8 +198,10 @@ class Decoder:
             ids = torch.cat([pending, block] + ([torch.full_like(block, self.lm.mask_token_id)] if shadow else []), dim=1)
         else:  # the block alone (the model only reads it)
             ids = block
+        if not n:  # nothing of this forward is kept: the reference cache need not store it (KVCache.read_only)
+            cache.read_only()
         if isinstance(start, int):  # every row alike (batch 1): the positions are real ones
-            positions = torch.arange(start - n, start + k, device=block.device)[None].expand(ids.shape[0], -1)
+            positions = _positions(start - n, start + k, block.device).expand(ids.shape[0], -1)
         else:  # (B, n + k): idle slots of a batched row can pass the end, hidden filler slots fall before 0
             positions = start.to(block.device)[:, None] + torch.arange(-n, k, device=block.device)
             positions = positions.clamp(0, self.context - 1)
@@ -217,6 +230,14 @@ class Decoder:
         seeds = [self.seed] * len(prompts) if seeds is None else list(seeds)
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        # inference mode for the whole decode, solvers included: each of a forward's small ops skips autograd's
+        # bookkeeping, and the forwards enter no mode of their own (nothing made in it outlives the call but
+        # host lists and the caches, which only the core writes, in this mode)
+        with torch.inference_mode():
+            return self._generate_batch(prompts, solver, seeds, trace)
+
+    def _generate_batch(self, prompts: list[list[int]], solver: Solver, seeds: list[int],
+                        trace: bool) -> list[Generation]:
         if self.lm.family.aligned:  # blocks at multiples of the block size, one row at a time (aligned.py)
             return [decode_aligned(self, ids, solver, seed, trace) for ids, seed in zip(prompts, seeds)]
         if schedule_baseline(solver) is not None:  # a family's own schedule, one row at a time (schedules.py)

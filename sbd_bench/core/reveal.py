@@ -32,8 +32,10 @@ def open_blocks(decoder, call: DecodeCall, starts: list[int], first: int = -1) -
                        device=decoder.lm.device)
     # (B, w) the slots before the budget (verified: counted as if no draft were accepted, so never too few),
     # and whether slot 0 is the core's (a stop there ends the row at once): ``open_slots``, every forward
-    limits = torch.tensor([r.budget - len(r.out) for r in rows], device=block.device)
-    call.scope = (torch.arange(block.shape[1], device=block.device) < limits[:, None], first >= 0)
+    limits = [r.budget - len(r.out) for r in rows]
+    in_budget = None if min(limits) >= block.shape[1] else (  # None: every slot is (most blocks)
+        torch.arange(block.shape[1], device=block.device) < torch.tensor(limits, device=block.device)[:, None])
+    call.scope = (in_budget, first >= 0)
     if call.solver.keeps_history:
         call.memory = BlockMemory.open(block, core_first=first >= 0)
     return block
@@ -46,7 +48,9 @@ def open_slots(decoder, call: DecodeCall, block: torch.Tensor) -> torch.Tensor:
     cut drops. A slot is masked while it holds the mask token (never emitted): no copy to the device,
     which would wait for the forward before the solver's work is queued."""
     in_budget, first_is_core = call.scope
-    masked = (block == decoder.lm.mask_token_id) & in_budget
+    masked = block == decoder.lm.mask_token_id
+    if in_budget is not None:
+        masked &= in_budget
     if decoder.stop_ids.numel():
         stops = torch.isin(block, decoder.stop_ids)
         if first_is_core and block.shape[1]:  # verified: NTP's token at slot 0 stops the row at this forward
@@ -94,6 +98,54 @@ def draw_block(decoder, call: DecodeCall, logits: torch.Tensor, working: list[in
     return draw(probs, u)
 
 
+def decide(solver, view: BlockView) -> tuple:
+    """The solver's answer for one view: (reveal, remask or None, state or None), its shapes checked."""
+    decision = solver.select(view)
+    picked, dropped, kept = ((decision.reveal, decision.remask, decision.state)
+                             if isinstance(decision, Decision) else (decision, None, None))
+    check_decision(solver, picked, dropped, kept, view.masked)
+    return picked, dropped, kept
+
+
+def _whole(x: torch.Tensor | None) -> torch.Tensor | None:
+    return x
+
+
+def choose_in_groups(decoder, call: DecodeCall, logits, block, working: list[int], step: int, masked_slots, memory,
+                     shadow) -> tuple:
+    """``choose``'s solver calls for a batch: (chosen, remask, state, tokens) over the whole (B, w) block."""
+    solver, rows, (batch, width) = call.solver, call.rows, block.shape
+    sizes = {rows[b].size for b in working}
+    if solver.deterministic and len(sizes) == 1 and not decoder.lm.exact:
+        groups = [(working, sizes.pop(), None)]
+    else:
+        groups = [([b], rows[b].size, rows[b].generator) for b in working]
+    chosen = tokens = remask = state = None
+    for idx, size, generator in groups:
+        whole = len(idx) == batch and size == width
+
+        def part(x: torch.Tensor | None) -> torch.Tensor | None:
+            return x if x is None or whole else x[idx, :size]
+
+        history = {} if memory is None else memory.view(part, block, shadow)
+        view = BlockView(logits=part(logits), masked=part(masked_slots), step=step, generator=generator, **history)
+        picked, dropped, kept = decide(solver, view)
+        if whole:
+            return picked, dropped, kept, view.tokens if call.sampling.greedy else None
+        if chosen is None:
+            chosen, tokens = torch.zeros(block.shape, dtype=torch.bool, device=block.device), torch.zeros_like(block)
+        chosen[idx, :size] = picked
+        if dropped is not None:
+            remask = torch.zeros_like(chosen) if remask is None else remask
+            remask[idx, :size] = dropped
+        if kept is not None:
+            state = kept.new_zeros(block.shape + kept.shape[2:]) if state is None else state
+            state[idx, :size] = kept
+        if call.sampling.greedy:
+            tokens[idx, :size] = view.tokens
+    return chosen, remask, state, tokens
+
+
 def choose(decoder, call: DecodeCall, logits: torch.Tensor, block: torch.Tensor, working: list[int], step: int,
            forced: bool = False):
     """One solver decision over the working rows: (the solver's picks (B, w) bool, its remask (B, w) bool
@@ -106,42 +158,16 @@ def choose(decoder, call: DecodeCall, logits: torch.Tensor, block: torch.Tensor,
     shadow = None
     if logits.shape[1] > width:  # (B, w, V) the block's shadow follows it
         logits, shadow = logits[:, :width], logits[:, width:]
-    sizes = {rows[b].size for b in working}
-    if solver.deterministic and len(sizes) == 1 and not decoder.lm.exact:
-        groups = [(working, sizes.pop(), None)]
-    else:
-        groups = [([b], rows[b].size, rows[b].generator) for b in working]
     memory = call.memory if solver.keeps_history else None
-    chosen = tokens = remask = state = None
     masked_slots = open_slots(decoder, call, block)
-    for idx, size, generator in groups:
-        whole = len(idx) == batch and size == width  # batch 1: the view is the block itself
-
-        def part(x: torch.Tensor | None) -> torch.Tensor | None:
-            return x if x is None or whole else x[idx, :size]
-
-        masked = part(masked_slots)
-        history = {} if memory is None else memory.view(part, block, shadow)
-        view = BlockView(logits=part(logits), masked=masked, step=step, generator=generator, **history)
-        decision = solver.select(view)
-        picked, dropped, kept = ((decision.reveal, decision.remask, decision.state)
-                                 if isinstance(decision, Decision) else (decision, None, None))
-        check_decision(solver, picked, dropped, kept, masked)
-        if whole:
-            chosen, remask, state = picked, dropped, kept
-            tokens = view.tokens if call.sampling.greedy else None
-            break
-        if chosen is None:
-            chosen, tokens = torch.zeros(block.shape, dtype=torch.bool, device=block.device), torch.zeros_like(block)
-        chosen[idx, :size] = picked
-        if dropped is not None:
-            remask = torch.zeros_like(chosen) if remask is None else remask
-            remask[idx, :size] = dropped
-        if kept is not None:
-            state = kept.new_zeros(block.shape + kept.shape[2:]) if state is None else state
-            state[idx, :size] = kept
-        if call.sampling.greedy:
-            tokens[idx, :size] = view.tokens
+    if batch == 1 and rows[0].size == width:  # batch 1: one call, the view is the block itself
+        history = {} if memory is None else memory.view(_whole, block, shadow)
+        view = BlockView(logits=logits, masked=masked_slots, step=step, generator=rows[0].generator, **history)
+        chosen, remask, state = decide(solver, view)
+        tokens = view.tokens if call.sampling.greedy else None
+    else:
+        chosen, remask, state, tokens = choose_in_groups(decoder, call, logits, block, working, step, masked_slots,
+                                                         memory, shadow)
     revealed = chosen
     if forced:  # every masked slot of the working rows (an idle row's masked slots are filler)
         revealed, remask = (chosen | (block == decoder.lm.mask_token_id)) & working_slots(rows, working, block), None

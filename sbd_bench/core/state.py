@@ -88,7 +88,8 @@ class DecodeCall:
     forwards: ForwardLog = field(default_factory=ForwardLog)
     memory: object = None  # history.BlockMemory of the blocks under way, when the solver keeps history
     draft_probs: torch.Tensor | None = None  # verified sampling: (B, w, V) what each draft was drawn from
-    scope: tuple[torch.Tensor, bool] | None = None  # (B, w) slots before the budget, whether slot 0 is the core's
+    scope: tuple[torch.Tensor | None, bool] | None = None  # (B, w) slots before the budget (None: all), whether
+    #                                                        slot 0 is the core's
 
     @property
     def sampling(self):
